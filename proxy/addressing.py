@@ -1,0 +1,64 @@
+"""Rewriting broker addresses in responses so that clients keep talking to the proxy.
+
+Every place a broker address reaches a client is rewritten to the proxy's listener for that
+node: Metadata, FindCoordinator (single and ``coordinators[]`` forms), DescribeCluster, and the
+KIP-951 ``NodeEndpoints`` of Produce and Fetch responses. Each rewriter also reports the real
+address it replaced, so the proxy learns brokers from the traffic it relays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from protocol.apis import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+
+# (node_id, real host, real port, rack) -> (advertised host, advertised port)
+Advertise = Callable[[int, str, int, str | None], tuple[str, int]]
+
+
+def _rewrite_nodes(nodes: list[dict[str, Any]] | None, id_key: str, advertise: Advertise) -> None:
+    for node in nodes or ():
+        node["host"], node["port"] = advertise(node[id_key], node["host"], node["port"], node.get("rack"))
+
+
+def rewrite_metadata(msg: dict[str, Any], version: int, advertise: Advertise) -> bool:
+    _rewrite_nodes(msg["brokers"], "node_id", advertise)
+    return True
+
+
+def rewrite_find_coordinator(msg: dict[str, Any], version: int, advertise: Advertise) -> bool:
+    if version < 4:
+        if msg["error_code"] != 0 or msg["node_id"] < 0:
+            return False
+        msg["host"], msg["port"] = advertise(msg["node_id"], msg["host"], msg["port"], None)
+        return True
+    for coord in msg["coordinators"]:
+        if coord["error_code"] == 0 and coord["node_id"] >= 0:
+            coord["host"], coord["port"] = advertise(coord["node_id"], coord["host"], coord["port"], None)
+    return True
+
+
+def rewrite_describe_cluster(msg: dict[str, Any], version: int, advertise: Advertise) -> bool:
+    _rewrite_nodes(msg["brokers"], "broker_id", advertise)
+    return True
+
+
+def rewrite_node_endpoints(msg: dict[str, Any], version: int, advertise: Advertise) -> bool:
+    """KIP-951: Produce v10+ and Fetch v16+ may name new leaders' endpoints."""
+    endpoints = msg.get("node_endpoints")
+    if not endpoints:
+        return False
+    _rewrite_nodes(endpoints, "node_id", advertise)
+    return True
+
+
+# api_key -> (first version that can carry addresses, rewriter). A rewriter returns False when it
+# changed nothing, so the original bytes can be forwarded untouched.
+REWRITERS: dict[int, tuple[int, Callable[[dict[str, Any], int, Advertise], bool]]] = {
+    METADATA: (0, rewrite_metadata),
+    FIND_COORDINATOR: (0, rewrite_find_coordinator),
+    DESCRIBE_CLUSTER: (0, rewrite_describe_cluster),
+    PRODUCE: (10, rewrite_node_endpoints),
+    FETCH: (16, rewrite_node_endpoints),
+}

@@ -1,0 +1,105 @@
+"""The ``tiered-proxy`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import trio
+
+from proxy.config import ConfigError, ProxyConfig, load_properties
+from proxy.server import Proxy
+
+log = logging.getLogger("tiered-proxy")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE.properties", help="Kafka-style properties file")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config key (repeatable), e.g. --set socket.request.max.bytes=1048576",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tiered-proxy",
+        description="A Kafka-wire-compatible proxy that gives an unmodified Kafka cluster tiered storage.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the proxy in front of a Kafka cluster")
+    serve.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
+                       help="upstream brokers (config: bootstrap.servers)")
+    serve.add_argument("--listen", metavar="HOST:PORT",
+                       help="bootstrap listener clients connect to (config: listeners; default 127.0.0.1:19092)")
+    _add_common(serve)
+    demo = sub.add_parser("demo", help="start an embedded broker and the proxy on loopback, and show how to use them")
+    demo.add_argument("--listen", default="127.0.0.1:19092", metavar="HOST:PORT")
+    demo.add_argument("--data-dir", type=Path, help="where the embedded broker keeps its data (default: a temp dir)")
+    demo.add_argument("--broker", default="noida", choices=["noida", "tansu"], help="which embedded broker to start")
+    demo.add_argument("--messages", type=int, default=10_000, help="sample messages to produce through the proxy")
+    demo.add_argument("--exit-after", action="store_true", help="stop after the sample round trip instead of serving")
+    _add_common(demo)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, extra: dict[str, str] | None = None) -> ProxyConfig:
+    props: dict[str, str] = {}
+    if args.config:
+        props.update(load_properties(args.config))
+    props.update(extra or {})
+    if getattr(args, "bootstrap_servers", None):
+        props["bootstrap.servers"] = args.bootstrap_servers
+    if getattr(args, "listen", None):
+        props["listeners"] = args.listen
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        props[key.strip()] = value.strip()
+    return ProxyConfig.from_properties(props)
+
+
+async def _serve_until_signal(proxy: Proxy) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.run)
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            config = config_from_args(args)
+            trio.run(_serve_until_signal, Proxy(config))
+            return 0
+        if args.command == "demo":
+            from proxy.demo import run_demo
+
+            data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tiered-proxy-demo-"))
+            return run_demo(args, data_dir)
+    except ConfigError as e:
+        print(f"tiered-proxy: configuration error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"tiered-proxy: {e}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Proxy configuration: Kafka-style ``.properties`` files, Kafka config names, CLI overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the key."""
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties`` as Kafka uses them: ``key=value`` or ``key: value``, # and ! comments,
+    backslash line continuations."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            props[line] = ""
+        else:
+            props[line[:sep].strip()] = line[sep + 1 :].strip()
+    if pending:
+        props[pending] = ""
+    return props
+
+
+def parse_host_port(text: str, key: str) -> tuple[str, int]:
+    text = text.strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"{key}: expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass
+class ProxyConfig:
+    # Upstream brokers the proxy bootstraps from.
+    bootstrap_servers: list[tuple[str, int]]
+    # Where clients connect first.
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 19092
+    # Host written into Metadata/FindCoordinator/... answers; defaults to the listen host.
+    advertised_host: str | None = None
+    # Port-per-broker: node N is served on broker_port_base + N - broker_node_id_min, unless
+    # broker_port_map names its port. Identical config gives identical ports on every instance.
+    broker_port_base: int | None = None
+    broker_node_id_min: int = 0
+    broker_port_map: dict[int, int] = field(default_factory=dict)
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    max_in_flight_requests: int = 1000
+    metadata_refresh_ms: int = 30_000
+    upstream_connect_timeout_ms: int = 10_000
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "", "::") else self.listen_host
+
+    def port_for_node(self, node_id: int) -> int:
+        if node_id in self.broker_port_map:
+            return self.broker_port_map[node_id]
+        base = self.broker_port_base if self.broker_port_base is not None else self.listen_port + 1
+        port = base + node_id - self.broker_node_id_min
+        if not 0 < port < 65536:
+            raise ConfigError(
+                f"broker node {node_id} maps to port {port}; set proxy.broker.port.base, "
+                "proxy.broker.node.id.min or proxy.broker.port.map"
+            )
+        return port
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> ProxyConfig:
+        props = dict(props)
+
+        def take(key: str) -> str | None:
+            return props.pop(key, None)
+
+        def take_int(key: str, default: int) -> int:
+            value = take(key)
+            if value is None or value == "":
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+
+        servers = take("bootstrap.servers")
+        if not servers:
+            raise ConfigError("bootstrap.servers: the upstream brokers are required (HOST:PORT[,HOST:PORT...])")
+        bootstrap = [parse_host_port(s, "bootstrap.servers") for s in servers.split(",") if s.strip()]
+        listen = take("listeners") or "127.0.0.1:19092"
+        listen_host, listen_port = parse_host_port(listen.split(",")[0], "listeners")
+        port_map: dict[int, int] = {}
+        raw_map = take("proxy.broker.port.map")
+        if raw_map:
+            for item in raw_map.split(","):
+                node, _, port = item.partition(":")
+                try:
+                    port_map[int(node)] = int(port)
+                except ValueError:
+                    raise ConfigError(f"proxy.broker.port.map: expected NODE:PORT[,NODE:PORT...], got {raw_map!r}") from None
+        base = take("proxy.broker.port.base")
+        cfg = cls(
+            bootstrap_servers=bootstrap,
+            listen_host=listen_host,
+            listen_port=listen_port,
+            advertised_host=take("proxy.advertised.host"),
+            broker_port_base=int(base) if base else None,
+            broker_node_id_min=take_int("proxy.broker.node.id.min", 0),
+            broker_port_map=port_map,
+            socket_request_max_bytes=take_int("socket.request.max.bytes", 100 * 1024 * 1024),
+            max_in_flight_requests=take_int("proxy.max.in.flight.requests", 1000),
+            metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
+            upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
+        )
+        cfg.extra = props  # keys later layers (tiering) read
+        return cfg
+
+
+def load_properties(path: Path) -> dict[str, str]:
+    try:
+        return parse_properties(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None

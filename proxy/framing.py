@@ -1,0 +1,82 @@
+"""Reading and writing Kafka's size-prefixed frames on trio sockets."""
+
+from __future__ import annotations
+
+import struct
+
+import trio
+
+_SIZE = struct.Struct(">i")
+_RECV_CHUNK = 256 * 1024
+
+
+class FrameError(Exception):
+    """The peer sent a frame we refuse (bad size) or closed mid-frame."""
+
+
+class FrameStream:
+    """A TCP connection that carries Kafka frames (int32 size + payload).
+
+    Reads go through ``recv_into`` so a large frame (a Fetch response of many MiB) is received
+    straight into one buffer of its exact size instead of being concatenated from chunks.
+    """
+
+    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
+        self.stream = stream
+        self._sock = stream.socket
+        self._buf = bytearray()
+        self.max_frame_bytes = max_frame_bytes
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    async def read_frame(self) -> bytearray | bytes | None:
+        """The next frame's payload, or None when the peer closed cleanly between frames."""
+        buf = self._buf
+        while len(buf) < 4:
+            chunk = await self._sock.recv(_RECV_CHUNK)
+            if not chunk:
+                if buf:
+                    raise FrameError(f"connection closed inside a frame header ({len(buf)} of 4 bytes)")
+                return None
+            buf += chunk
+        (size,) = _SIZE.unpack_from(buf, 0)
+        if size < 0 or size > self.max_frame_bytes:
+            raise FrameError(f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)")
+        total = 4 + size
+        self.bytes_in += total
+        if len(buf) >= total:
+            frame = bytes(buf[4:total])
+            del buf[:total]
+            return frame
+        frame = bytearray(size)
+        have = len(buf) - 4
+        frame[:have] = buf[4:]
+        buf.clear()
+        view = memoryview(frame)
+        while have < size:
+            n = await self._sock.recv_into(view[have:])
+            if n == 0:
+                raise FrameError(f"connection closed inside a frame ({have} of {size} bytes)")
+            have += n
+        return frame
+
+    async def write_frame(self, payload: bytes | bytearray | memoryview) -> None:
+        self.bytes_out += 4 + len(payload)
+        if len(payload) < 64 * 1024:
+            await self.stream.send_all(_SIZE.pack(len(payload)) + bytes(payload))
+        else:
+            await self.stream.send_all(_SIZE.pack(len(payload)))
+            await self.stream.send_all(payload)
+
+    async def write_raw(self, data: bytes | bytearray | memoryview) -> None:
+        """Send bytes that already carry their size prefix."""
+        self.bytes_out += len(data)
+        await self.stream.send_all(data)
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()
+
+
+def frame_size_prefix(payload_len: int) -> bytes:
+    return _SIZE.pack(payload_len)

@@ -1,0 +1,193 @@
+"""The proxy server: a bootstrap listener plus one listener per upstream broker."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.apis import METADATA, Api, all_apis
+from proxy.config import ProxyConfig
+from proxy.connection import ClientConnection
+from proxy.framing import FrameStream
+from proxy.upstream import (
+    BrokerVersions,
+    ClusterView,
+    InternalClient,
+    UpstreamError,
+    open_upstream,
+    probe_api_versions,
+)
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+# A request hook may answer a request itself (returning the response frame) or return None to
+# let it go upstream. Later layers (tiered Fetch/ListOffsets, configs) register hooks.
+RequestHook = Callable[[ClientConnection, Api, int, int, memoryview], Awaitable[bytes | None]]
+
+
+@dataclass
+class Metrics:
+    connections_open: int = 0
+    connections_total: int = 0
+    protocol_errors: int = 0
+    upstream_errors: int = 0
+    requests: collections.Counter[int] = field(default_factory=collections.Counter)
+
+    def count_request(self, api_key: int) -> None:
+        self.requests[api_key] += 1
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.cluster = ClusterView()
+        self.metrics = Metrics()
+        self.listen_ports: dict[int | None, int] = {}  # node id (None: bootstrap) -> bound port
+        self._listener_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._hooks: dict[int, RequestHook] = {}
+        # Proxy-side capability overrides: API key -> highest version the proxy answers itself.
+        self.version_overrides: dict[int, tuple[int, int]] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._start_listener(None, self.config.listen_port)
+            try:
+                await self.refresh_metadata()
+            except UpstreamError as e:
+                log.warning("no upstream broker answered at start (%s); will keep trying", e)
+            await self.ensure_listeners()
+            nursery.start_soon(self._metadata_refresher)
+            log.info(
+                "proxy listening on %s:%d for upstream %s",
+                self.config.listen_host,
+                self.listen_ports[None],
+                ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers),
+            )
+            task_status.started(self)
+
+    def stop(self) -> None:
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    @property
+    def bootstrap_address(self) -> str:
+        return f"{self.config.advertised}:{self.listen_ports[None]}"
+
+    # -- listeners -----------------------------------------------------------------------------
+
+    async def _start_listener(self, node_id: int | None, port: int) -> None:
+        assert self._nursery is not None
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=self.config.listen_host)
+        except OSError as e:
+            what = "bootstrap" if node_id is None else f"broker node {node_id}"
+            raise OSError(f"cannot listen on {self.config.listen_host}:{port} for {what}: {e.strerror}") from None
+        self.listen_ports[node_id] = listeners[0].socket.getsockname()[1]
+
+        async def handle(stream: trio.SocketStream) -> None:
+            await ClientConnection(self, stream, node_id).serve()
+
+        self._nursery.start_soon(trio.serve_listeners, handle, listeners)
+        if node_id is not None:
+            log.info("broker node %d served on port %d", node_id, self.listen_ports[node_id])
+
+    async def ensure_listeners(self) -> None:
+        async with self._listener_lock:
+            for node_id in list(self.cluster.brokers):
+                if node_id not in self.listen_ports:
+                    await self._start_listener(node_id, self.config.port_for_node(node_id))
+
+    def advertise(self, node_id: int, host: str, port: int, rack: str | None) -> tuple[str, int]:
+        """Learn a broker's real address; give the address clients should use instead."""
+        self.cluster.learn(node_id, host, port, rack)
+        return self.config.advertised, self.config.port_for_node(node_id)
+
+    # -- upstream ------------------------------------------------------------------------------
+
+    async def connect_upstream(self, node_id: int | None) -> tuple[FrameStream, BrokerVersions]:
+        timeout = self.config.upstream_connect_timeout_ms / 1000
+        if node_id is None:
+            candidates = list(self.config.bootstrap_servers)
+        else:
+            broker = self.cluster.brokers.get(node_id)
+            if broker is None:
+                await self.refresh_metadata()
+                broker = self.cluster.brokers.get(node_id)
+            if broker is None:
+                raise UpstreamError(f"broker node {node_id} is not in the cluster's metadata")
+            candidates = [(broker.host, broker.port)]
+        errors = []
+        for host, port in candidates:
+            try:
+                conn = await open_upstream(host, port, timeout, self.config.socket_request_max_bytes)
+            except UpstreamError as e:
+                errors.append(str(e))
+                continue
+            versions = self.cluster.versions.get((host, port))
+            if versions is None:
+                try:
+                    versions = await probe_api_versions(InternalClient(conn))
+                except Exception:
+                    await conn.aclose()
+                    raise
+                self.cluster.versions[(host, port)] = versions
+            return conn, versions
+        raise UpstreamError("; ".join(errors))
+
+    def negotiate(self, versions: BrokerVersions) -> dict[int, tuple[int, int]]:
+        """The API versions clients may use: what both the proxy and this broker handle."""
+        allowed: dict[int, tuple[int, int]] = {}
+        for key, spec in all_apis().items():
+            if key in self.version_overrides:
+                allowed[key] = self.version_overrides[key]
+                continue
+            if key not in versions.ranges:
+                continue
+            lo_b, hi_b = versions.ranges[key]
+            lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b)
+            if lo <= hi:
+                allowed[key] = (lo, hi)
+        return allowed
+
+    async def refresh_metadata(self) -> None:
+        conn, versions = await self.connect_upstream(None)
+        try:
+            allowed = self.negotiate(versions)
+            if METADATA not in allowed:
+                raise UpstreamError("broker does not support Metadata")
+            version = min(allowed[METADATA][1], 12)
+            client = InternalClient(conn)
+            resp = await client.request(METADATA, version, {"topics": [], "allow_auto_topic_creation": False})
+            for b in resp["brokers"]:
+                self.cluster.learn(b["node_id"], b["host"], b["port"], b.get("rack"))
+        finally:
+            await conn.aclose()
+        await self.ensure_listeners()
+
+    async def _metadata_refresher(self) -> None:
+        while True:
+            await trio.sleep(self.config.metadata_refresh_ms / 1000)
+            try:
+                await self.refresh_metadata()
+            except (UpstreamError, OSError) as e:
+                log.warning("metadata refresh failed: %s", e)
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def register_hook(self, api_key: int, hook: RequestHook) -> None:
+        self._hooks[api_key] = hook
+
+    def request_hook(self, api_key: int) -> RequestHook | None:
+        return self._hooks.get(api_key)
