@@ -19,7 +19,12 @@ import trio
 
 from protocol.apis import API_VERSIONS, PRODUCE, Api, all_apis
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.headers import decode_request_header, decode_response_header, encode_response_header, peek_request
+from protocol.headers import (
+    decode_request_header,
+    decode_response_header,
+    encode_response_header,
+    peek_request,
+)
 from protocol.schema import read_uvarint
 from proxy.addressing import REWRITERS
 from proxy.framing import FrameError, FrameStream
@@ -105,19 +110,36 @@ class ClientConnection:
                 nursery.start_soon(self._response_loop)
                 await self._request_loop()
                 nursery.cancel_scope.cancel()
-        except (FrameError, ProtocolError) as e:
-            metrics.protocol_errors += 1
-            log.warning("closing client %s: malformed request: %s", self.peer, e)
-        except UpstreamError as e:
-            metrics.upstream_errors += 1
-            log.warning("closing client %s: upstream: %s", self.peer, e)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass
+        except BaseExceptionGroup as group:
+            self._report(group)
+        except Exception as e:  # noqa: BLE001 - one connection's failure must never reach the listener
+            self._report(e)
         finally:
             metrics.connections_open -= 1
             await self.client.aclose()
             if self.upstream is not None:
                 await self.upstream.aclose()
+
+    def _report(self, error: BaseException) -> None:
+        """One log line for why this connection closed; other connections are not affected."""
+        leaves = _leaf_exceptions(error)
+        metrics = self.proxy.metrics
+        for e in leaves:
+            if isinstance(e, (FrameError, ProtocolError)):
+                metrics.protocol_errors += 1
+                log.warning("closing client %s: malformed request: %s", self.peer, e)
+                return
+            if isinstance(e, UpstreamError):
+                metrics.upstream_errors += 1
+                log.warning("closing client %s: upstream: %s", self.peer, e)
+                return
+        for e in leaves:
+            if not isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError,
+                                  trio.Cancelled)):
+                log.error("closing client %s: internal error", self.peer, exc_info=e)
+                return
+        if any(isinstance(e, trio.Cancelled) for e in leaves):
+            raise error
 
     # -- client side ---------------------------------------------------------------------------
 
@@ -265,3 +287,9 @@ class ClientConnection:
                 entry.slot.resolve(await entry.hook(view, corr))
             else:
                 entry.slot.resolve(frame)
+
+
+def _leaf_exceptions(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for sub in error.exceptions for leaf in _leaf_exceptions(sub)]
+    return [error]

@@ -1,0 +1,301 @@
+"""The same few operations done with each real client library, so tests can parametrize over them.
+
+Each function takes a bootstrap address (the proxy's, in proxy tests) and uses only that.
+Loops are bounded by a deadline so a broken path fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+CLIENTS = ["kafka-python", "aiokafka", "confluent"]
+COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@dataclass(frozen=True)
+class Rec:
+    partition: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+Consumed = dict[int, list[tuple[int, bytes | None, bytes]]]  # partition -> [(offset, key, value)]
+
+
+# -- produce --------------------------------------------------------------------------------------
+
+
+def produce(client: str, bootstrap: str, topic: str, records: list[Rec], compression: str = "none",
+            acks: int | str = "all") -> None:
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks != "all" else "all",
+                                 compression_type=None if compression == "none" else compression,
+                                 linger_ms=5, batch_size=256 * 1024)
+        for r in records:
+            producer.send(topic, value=r.value, key=r.key, partition=r.partition, headers=list(r.headers))
+        producer.flush(120)
+        producer.close()
+    elif client == "aiokafka":
+        asyncio.run(_aio_produce(bootstrap, topic, records, compression, acks))
+    elif client == "confluent":
+        from confluent_kafka import Producer
+
+        errors: list[str] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": compression, "linger.ms": 5,
+                             "acks": str(acks), "enable.idempotence": False,
+                             "queue.buffering.max.messages": 1_000_000})
+
+        def report(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for r in records:
+            while True:
+                try:
+                    producer.produce(topic, r.value, key=r.key, partition=r.partition,
+                                     headers=list(r.headers) or None, on_delivery=report)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        left = producer.flush(120)
+        assert left == 0 and not errors, f"confluent producer: {left} undelivered, errors {errors[:3]}"
+    else:
+        raise ValueError(client)
+
+
+async def _aio_produce(bootstrap: str, topic: str, records: list[Rec], compression: str, acks: int | str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=acks,
+                                compression_type=None if compression == "none" else compression,
+                                linger_ms=5, max_batch_size=256 * 1024)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, r.value, key=r.key, partition=r.partition,
+                                       headers=list(r.headers) or None) for r in records]
+        await asyncio.wait_for(asyncio.gather(*futures), 120)
+    finally:
+        await producer.stop()
+
+
+# -- consume by assignment --------------------------------------------------------------------------
+
+
+def consume_all(client: str, bootstrap: str, topic: str, partitions: int, expected: int,
+                timeout: float = 120) -> Consumed:
+    """Read ``expected`` records from offset 0 of every partition, by assignment (no group)."""
+    if client == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                 auto_offset_reset="earliest")
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        out: Consumed = defaultdict(list)
+        got = 0
+        deadline = time.monotonic() + timeout
+        while got < expected and time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(timeout_ms=500, max_records=10_000).items():
+                for m in msgs:
+                    out[tp.partition].append((m.offset, m.key, m.value))
+                    got += 1
+        consumer.close()
+        return dict(out)
+    if client == "aiokafka":
+        return asyncio.run(_aio_consume(bootstrap, topic, partitions, expected, timeout))
+    if client == "confluent":
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"unused-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out = defaultdict(list)
+        got = 0
+        deadline = time.monotonic() + timeout
+        while got < expected and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, 0.5):
+                if m.error() is not None:
+                    raise AssertionError(f"confluent consumer error: {m.error()}")
+                out[m.partition()].append((m.offset(), m.key(), m.value()))
+                got += 1
+        consumer.close()
+        return dict(out)
+    raise ValueError(client)
+
+
+async def _aio_consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float) -> Consumed:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    out: Consumed = defaultdict(list)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        got = 0
+        deadline = time.monotonic() + timeout
+        while got < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    out[tp.partition].append((m.offset, m.key, m.value))
+                    got += 1
+    finally:
+        await consumer.stop()
+    return dict(out)
+
+
+# -- consumer groups ------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        threading.Thread(target=_loop.run_forever, daemon=True, name="aiokafka-loop").start()
+    return _loop
+
+
+class GroupMember:
+    """One member of a consumer group, driven step by step from the test thread."""
+
+    def __init__(self, client: str, bootstrap: str, topic: str, group: str) -> None:
+        self.client = client
+        self.seen: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
+        if client == "kafka-python":
+            from kafka import KafkaConsumer
+
+            self._c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                                    max_poll_interval_ms=60_000)
+        elif client == "confluent":
+            from confluent_kafka import Consumer
+
+            self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+            self._c.subscribe([topic])
+        elif client == "aiokafka":
+            # aiokafka heartbeats from tasks on its event loop, so the loop must keep running
+            # between polls: every aiokafka member shares one loop in a background thread.
+            self._run(self._aio_start(bootstrap, topic, group))
+        else:
+            raise ValueError(client)
+
+    async def _aio_start(self, bootstrap: str, topic: str, group: str) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        self._c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                   auto_offset_reset="earliest", enable_auto_commit=False,
+                                   session_timeout_ms=6000, heartbeat_interval_ms=1000)
+        await self._c.start()
+
+    @staticmethod
+    def _run(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result(120)
+
+    def poll(self, timeout: float = 0.5) -> int:
+        n = 0
+        if self.client == "kafka-python":
+            for tp, msgs in self._c.poll(timeout_ms=int(timeout * 1000)).items():
+                for m in msgs:
+                    self.seen.append((tp.partition, m.offset, m.value))
+                    n += 1
+        elif self.client == "confluent":
+            for m in self._c.consume(10_000, timeout):
+                if m.error() is None:
+                    self.seen.append((m.partition(), m.offset(), m.value()))
+                    n += 1
+        else:
+            batch = self._run(self._c.getmany(timeout_ms=int(timeout * 1000)))
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    self.seen.append((tp.partition, m.offset, m.value))
+                    n += 1
+        return n
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self._c.assignment()}
+
+    def commit(self) -> None:
+        if self.client == "kafka-python":
+            self._c.commit()
+        elif self.client == "confluent":
+            self._c.commit(asynchronous=False)
+        else:
+            self._run(self._c.commit())
+
+    def close(self) -> None:
+        if self.client == "aiokafka":
+            self._run(self._c.stop())
+        else:
+            self._c.close()
+
+
+# -- admin ----------------------------------------------------------------------------------------
+
+
+def admin_round_trip(client: str, bootstrap: str, topic: str, partitions: int) -> dict[str, object]:
+    """Create, describe and delete a topic; returns what describe said."""
+    if client == "aiokafka":
+        return asyncio.run(_aio_admin(bootstrap, topic, partitions))
+    if client == "kafka-python":
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+            described = admin.describe_topics([topic])[0]
+            assert topic in admin.list_topics()
+            admin.delete_topics([topic])
+            return {"partitions": len(described["partitions"]), "name": described["name"]}
+        finally:
+            admin.close()
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
+    deadline = time.monotonic() + 30
+    md = admin.list_topics(topic, timeout=10)
+    while (topic not in md.topics or md.topics[topic].error is not None) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        md = admin.list_topics(topic, timeout=10)
+    described = {"partitions": len(md.topics[topic].partitions), "name": topic}
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
+    return described
+
+
+async def _aio_admin(bootstrap: str, topic: str, partitions: int) -> dict[str, object]:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        described = (await admin.describe_topics([topic]))[0]
+        assert topic in await admin.list_topics()
+        await admin.delete_topics([topic])
+        return {"partitions": len(described["partitions"]), "name": described["topic"]}
+    finally:
+        await admin.close()

@@ -1,0 +1,144 @@
+"""Real clients through the proxy against real brokers: data, groups, admin, addressing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.clients import CLIENTS, COMPRESSIONS, GroupMember, Rec, admin_round_trip, consume_all, produce
+from tests.proxy_process import RemotePortSampler
+
+PER_CODEC = 20_000  # 5 codecs x 20k = 100k messages per client
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_produce_and_consume_100k_with_every_codec(upstream, proxy, client, unique_name):
+    topic = unique_name
+    create_topic(proxy.bootstrap, topic, 3)
+    expected: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    with RemotePortSampler() as ports:
+        for codec in COMPRESSIONS:
+            records = []
+            for i in range(PER_CODEC):
+                value = f"{codec}-{i}-".encode() + bytes([i % 251]) * (i % 200)
+                rec = Rec(partition=i % 3, key=None if i % 10 == 0 else str(i).encode(), value=value)
+                records.append(rec)
+                expected[rec.partition].append(value)
+            produce(client, proxy.bootstrap, topic, records, compression=codec)
+        consumed = consume_all(client, proxy.bootstrap, topic, 3, 5 * PER_CODEC)
+    for partition, values in expected.items():
+        got = consumed.get(partition, [])
+        assert [v for _, _, v in got] == values, f"partition {partition}: content or order differs"
+        assert [o for o, _, _ in got] == list(range(len(values))), f"partition {partition}: offsets not 0..n-1"
+    assert upstream.port not in ports.seen, "a client connected to the broker's own address"
+    assert ports.seen & proxy.ports, "the sampler saw no connection to the proxy at all"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_consumer_group_rebalance_commit_resume(upstream, proxy, client, unique_name, request):
+    if upstream.kind == "noida" and client == "kafka-python":
+        # Broker-side, not proxy-side: noida-db answers a follower's SyncGroup before the leader has
+        # sent the assignment, so kafka-python's follower gets no partitions and rejoins forever.
+        # The same happens directly against noida-db (tests/UPSTREAMS.md).
+        request.applymarker(pytest.mark.xfail(reason="noida-db SyncGroup does not wait for the leader", strict=False))
+    topic, group = unique_name, f"g-{unique_name}"
+    create_topic(proxy.bootstrap, topic, 4)
+    first = [Rec(partition=i % 4, key=None, value=f"a{i}".encode()) for i in range(2000)]
+    produce(client, proxy.bootstrap, topic, first)
+    with RemotePortSampler() as ports:
+        one = GroupMember(client, proxy.bootstrap, topic, group)
+        two = GroupMember(client, proxy.bootstrap, topic, group)
+        deadline = time.monotonic() + 90
+        # Both members must hold partitions at once (a rebalance happened) and all data be read.
+        while time.monotonic() < deadline:
+            one.poll(0.3)
+            two.poll(0.3)
+            split = one.assignment() and two.assignment()
+            if split and len(one.seen) + len(two.seen) >= len(first):
+                break
+        assert one.assignment() and two.assignment(), "the group never split its partitions over both members"
+        assert one.assignment().isdisjoint(two.assignment())
+        values = sorted(v for _, _, v in one.seen + two.seen)
+        # A rebalance may hand a partition over before its first owner committed: at-least-once.
+        assert set(values) == {r.value for r in first}
+        one.commit()
+        two.commit()
+        one.close()
+        two.close()
+        second = [Rec(partition=i % 4, key=None, value=f"b{i}".encode()) for i in range(400)]
+        produce(client, proxy.bootstrap, topic, second)
+        resumed = GroupMember(client, proxy.bootstrap, topic, group)
+        deadline = time.monotonic() + 60
+        while len(resumed.seen) < len(second) and time.monotonic() < deadline:
+            resumed.poll(0.5)
+        resumed.close()
+    assert sorted(v for _, _, v in resumed.seen) == sorted(r.value for r in second), (
+        "resuming from committed offsets must read exactly the new records"
+    )
+    assert upstream.port not in ports.seen
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_admin_create_describe_delete(upstream, proxy, client, unique_name):
+    with RemotePortSampler() as ports:
+        described = admin_round_trip(client, proxy.bootstrap, unique_name, 5)
+    assert described == {"partitions": 5, "name": unique_name}
+    assert upstream.port not in ports.seen
+
+
+def test_every_broker_address_names_the_proxy(upstream, proxy):
+    """Metadata, FindCoordinator (both forms) and DescribeCluster at every version the proxy
+    advertises: each address a client sees is one of the proxy's listeners."""
+    from protocol.apis import API_VERSIONS, DESCRIBE_CLUSTER, FIND_COORDINATOR, METADATA
+    from tests.raw import RawClient
+
+    client = RawClient(proxy.bootstrap)
+    expected = {(node, ("127.0.0.1", port)) for node, port in proxy.node_ports.items()}
+    seen = 0
+    try:
+        advertised = {k["api_key"]: (k["min_version"], k["max_version"])
+                      for k in client.request(API_VERSIONS, 0, {})["api_keys"]}
+        lo, hi = advertised[METADATA]
+        for v in range(lo, hi + 1):
+            brokers = client.request(METADATA, v, {"topics": []})["brokers"]
+            assert {(b["node_id"], (b["host"], b["port"])) for b in brokers} == expected, f"Metadata v{v}"
+            seen += 1
+        lo, hi = advertised[FIND_COORDINATOR]
+        for v in range(lo, hi + 1):
+            resp = client.request(FIND_COORDINATOR, v, {"key": "some-group", "key_type": 0,
+                                                         "coordinator_keys": ["some-group"]})
+            coords = [resp] if v < 4 else resp["coordinators"]
+            for c in coords:
+                assert c["error_code"] == 0, f"FindCoordinator v{v}: {c}"
+                assert (c["node_id"], (c["host"], c["port"])) in expected, f"FindCoordinator v{v}"
+            seen += 1
+        if DESCRIBE_CLUSTER in advertised:
+            lo, hi = advertised[DESCRIBE_CLUSTER]
+            for v in range(lo, hi + 1):
+                brokers = client.request(DESCRIBE_CLUSTER, v, {})["brokers"]
+                assert {(b["broker_id"], (b["host"], b["port"])) for b in brokers} == expected
+                seen += 1
+    finally:
+        client.close()
+    assert seen >= 2
+
+
+def test_acks_zero_produce_gets_no_response_and_data_lands(upstream, proxy, unique_name):
+    create_topic(proxy.bootstrap, unique_name, 1)
+    records = [Rec(partition=0, key=None, value=f"z{i}".encode()) for i in range(500)]
+    produce("kafka-python", proxy.bootstrap, unique_name, records, acks=0)
+    # acks=0 has no delivery report; the data must still arrive, in order.
+    consumed = consume_all("kafka-python", proxy.bootstrap, unique_name, 1, len(records), timeout=30)
+    assert [v for _, _, v in consumed[0]] == [r.value for r in records]

@@ -1,0 +1,145 @@
+"""Run the real ``tiered-proxy serve`` command as a subprocess for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def broker_node_ids(bootstrap: str) -> list[int]:
+    from protocol.apis import METADATA
+    from tests.raw import RawClient
+
+    client = RawClient(bootstrap)
+    try:
+        resp = client.request(METADATA, 1, {"topics": []})
+    finally:
+        client.close()
+    return sorted(b["node_id"] for b in resp["brokers"])
+
+
+@dataclass
+class ProxyProcess:
+    port: int
+    node_ports: dict[int, int]
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ports(self) -> set[int]:
+        return {self.port, *self.node_ports.values()}
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30) -> ProxyProcess:
+    """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    node_ports = {node: free_port() for node in broker_node_ids(upstream_bootstrap)}
+    mapping = ",".join(f"{n}:{p}" for n, p in node_ports.items())
+    log_path = work_dir / f"proxy-{port}.log"
+    cmd = [
+        sys.executable, "-m", "proxy.cli", "serve",
+        "--bootstrap-servers", upstream_bootstrap,
+        "--listen", f"127.0.0.1:{port}",
+        "--set", f"proxy.broker.port.map={mapping}",
+        *extra_args,
+    ]
+    log_file = open(log_path, "wb")  # noqa: SIM115 - the child keeps writing to it
+    process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+        if b"proxy listening on" in log_path.read_bytes():
+            return ProxyProcess(port, node_ports, process, log_path)
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"proxy did not start within {timeout}s:\n{log_path.read_text()[-3000:]}")
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def remote_ports_of_process(pid: int | None = None) -> set[int]:
+    """Remote TCP ports of the established connections this process (or ``pid``) holds."""
+    pid = pid or os.getpid()
+    mine = _socket_inodes(pid)
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            state, inode = cols[3], int(cols[9])
+            if inode in mine and state == "01":  # ESTABLISHED
+                ports.add(int(cols[2].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class RemotePortSampler:
+    """Records, every ``interval`` seconds in a background thread, which remote ports this process
+    holds TCP connections to. Used to prove clients only ever talk to the proxy."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        import threading
+
+        self.interval = interval
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.seen |= remote_ports_of_process()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RemotePortSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
