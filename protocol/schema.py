@@ -556,7 +556,7 @@ class Codec:
 def codec(name: str, version: int) -> Codec:
     """The codec of message ``name`` (e.g. "MetadataResponse") at ``version``."""
     schema = load_schema(name)
-    if version not in schema.valid and not (schema.kind in ("header", "data")):
+    if version not in schema.valid and schema.kind not in ("header", "data"):
         raise ProtocolError(f"{name} has no version {version} (valid {schema.valid.low}-{schema.valid.high})")
     gen = _Gen(version, schema.is_flexible(version))
     dec = _gen_struct_decoder(schema.fields, gen, name)

@@ -58,6 +58,9 @@ class ProxyConfig:
     broker_node_id_min: int = 0
     broker_port_map: dict[int, int] = field(default_factory=dict)
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    # Largest response accepted from a broker (a Fetch answer can legitimately exceed the
+    # request limit; some brokers ignore fetch byte limits altogether).
+    upstream_response_max_bytes: int = 1024 * 1024 * 1024
     max_in_flight_requests: int = 1000
     metadata_refresh_ms: int = 30_000
     upstream_connect_timeout_ms: int = 10_000
@@ -122,6 +125,7 @@ class ProxyConfig:
             broker_node_id_min=take_int("proxy.broker.node.id.min", 0),
             broker_port_map=port_map,
             socket_request_max_bytes=take_int("socket.request.max.bytes", 100 * 1024 * 1024),
+            upstream_response_max_bytes=take_int("proxy.upstream.response.max.bytes", 1024 * 1024 * 1024),
             max_in_flight_requests=take_int("proxy.max.in.flight.requests", 1000),
             metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),

@@ -131,7 +131,7 @@ class Proxy:
         errors = []
         for host, port in candidates:
             try:
-                conn = await open_upstream(host, port, timeout, self.config.socket_request_max_bytes)
+                conn = await open_upstream(host, port, timeout, self.config.upstream_response_max_bytes)
             except UpstreamError as e:
                 errors.append(str(e))
                 continue

@@ -1,0 +1,144 @@
+"""The remote tier's vocabulary, as KIP-405 names it: partitions, segment ids, segment metadata and
+their states. Plain immutable values; storage and metadata managers exchange these."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True, order=True)
+class TopicIdPartition:
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} ({self.topic_id})"
+
+
+@dataclass(frozen=True, order=True)
+class RemoteLogSegmentId:
+    topic_id_partition: TopicIdPartition
+    id: uuid.UUID
+
+    @classmethod
+    def generate(cls, tp: TopicIdPartition) -> RemoteLogSegmentId:
+        return cls(tp, uuid.uuid4())
+
+
+class RemoteLogSegmentState(enum.IntEnum):
+    COPY_SEGMENT_STARTED = 0
+    COPY_SEGMENT_FINISHED = 1
+    DELETE_SEGMENT_STARTED = 2
+    DELETE_SEGMENT_FINISHED = 3
+
+    def can_move_to(self, target: RemoteLogSegmentState) -> bool:
+        return target in _SEGMENT_TRANSITIONS[self]
+
+
+_SEGMENT_TRANSITIONS = {
+    RemoteLogSegmentState.COPY_SEGMENT_STARTED: {
+        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+    },
+    RemoteLogSegmentState.COPY_SEGMENT_FINISHED: {RemoteLogSegmentState.DELETE_SEGMENT_STARTED},
+    RemoteLogSegmentState.DELETE_SEGMENT_STARTED: {RemoteLogSegmentState.DELETE_SEGMENT_FINISHED},
+    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: set(),
+}
+
+
+class RemotePartitionDeleteState(enum.IntEnum):
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
+
+
+class IndexType(enum.Enum):
+    """The files that travel with a segment; values are the object-name extensions."""
+
+    OFFSET = "index"
+    TIMESTAMP = "timeindex"
+    TRANSACTION = "txnindex"
+    LEADER_EPOCH = "leader-epoch-checkpoint"
+    PRODUCER_SNAPSHOT = "snapshot"
+
+
+@dataclass(frozen=True)
+class RemoteLogSegmentMetadata:
+    """What the metadata store knows of one remote segment (KIP-405's RemoteLogSegmentMetadata).
+
+    ``segment_leader_epochs`` maps each leader epoch in the segment to its first offset, in
+    ascending order; ``custom_metadata`` is whatever the storage plugin returned from the copy
+    (KIP-917), or None.
+    """
+
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int  # inclusive
+    max_timestamp_ms: int
+    broker_id: int
+    event_timestamp_ms: int
+    segment_size_bytes: int
+    segment_leader_epochs: tuple[tuple[int, int], ...]
+    state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    custom_metadata: bytes | None = None
+    tx_index_empty: bool = True
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0 or self.end_offset < self.start_offset:
+            raise ValueError(f"segment offsets {self.start_offset}..{self.end_offset} are not a range")
+        if not self.segment_leader_epochs:
+            raise ValueError("a segment has at least one leader epoch")
+        epochs = [e for e, _ in self.segment_leader_epochs]
+        offsets = [o for _, o in self.segment_leader_epochs]
+        if epochs != sorted(epochs) or offsets != sorted(offsets):
+            raise ValueError(f"leader epochs must ascend: {self.segment_leader_epochs}")
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return self.segment_id.topic_id_partition
+
+    def with_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        return replace(
+            self,
+            state=update.state,
+            event_timestamp_ms=update.event_timestamp_ms,
+            broker_id=update.broker_id,
+            custom_metadata=update.custom_metadata if update.custom_metadata is not None else self.custom_metadata,
+        )
+
+
+@dataclass(frozen=True)
+class RemoteLogSegmentMetadataUpdate:
+    segment_id: RemoteLogSegmentId
+    event_timestamp_ms: int
+    state: RemoteLogSegmentState
+    broker_id: int
+    custom_metadata: bytes | None = None
+
+
+@dataclass(frozen=True)
+class RemotePartitionDeleteMetadata:
+    topic_id_partition: TopicIdPartition
+    state: RemotePartitionDeleteState
+    event_timestamp_ms: int
+    broker_id: int
+
+
+@dataclass(frozen=True)
+class LogSegmentData:
+    """A closed log range ready to copy: the record batches and their indexes, as bytes.
+
+    ``log`` holds the batches exactly as the broker served them. Indexes are in the formats of
+    ``protocol.remote_formats``.
+    """
+
+    log: bytes | memoryview
+    offset_index: bytes
+    time_index: bytes
+    transaction_index: bytes | None
+    leader_epoch_index: bytes
+    producer_snapshot: bytes = b""
+    extra: dict[str, bytes] = field(default_factory=dict)
