@@ -450,7 +450,7 @@ def _gen_struct_encoder(fields: list[Field], gen: _Gen, label: str) -> str:
             body.append(f"if tv != {default}:")
             body.append("    sub = []")
             for line in _encode_value_lines(f, "tv", gen, "    "):
-                body.append(line.replace("out.append(", "sub.append("))
+                body.append(line.replace("out.append(", "sub.append(").replace(", out)", ", sub)"))
             body.append(f"    tags.append(({f.tag}, b''.join(sub)))")
         body.append("if unknown:")
         body.append("    tags.extend(unknown.items())")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,0 +1,46 @@
+"""Session-wide fixtures: real upstream brokers started on free loopback ports, stopped by PID."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.embedded_broker import KINDS, EmbeddedBroker, start_broker
+
+
+@pytest.fixture(scope="session")
+def _brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EmbeddedBroker]]:
+    started: dict[str, EmbeddedBroker] = {}
+    yield started
+    for broker in started.values():
+        broker.stop()
+
+
+def _broker(kind: str, brokers: dict[str, EmbeddedBroker], tmp_path_factory: pytest.TempPathFactory) -> EmbeddedBroker:
+    # Started on first use, so a run that needs only one kind starts only that broker.
+    if kind not in brokers:
+        brokers[kind] = start_broker(kind, tmp_path_factory.mktemp(kind))
+    return brokers[kind]
+
+
+@pytest.fixture
+def noida(_brokers, tmp_path_factory) -> EmbeddedBroker:
+    return _broker("noida", _brokers, tmp_path_factory)
+
+
+@pytest.fixture
+def tansu(_brokers, tmp_path_factory) -> EmbeddedBroker:
+    return _broker("tansu", _brokers, tmp_path_factory)
+
+
+@pytest.fixture(params=KINDS)
+def upstream(request, _brokers, tmp_path_factory) -> EmbeddedBroker:
+    """Each upstream broker kind in turn (one broker per kind per session)."""
+    return _broker(request.param, _brokers, tmp_path_factory)
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
