@@ -328,7 +328,7 @@ def _decode_value_lines(f: Field, target: str, gen: _Gen, indent: str, elem: boo
         return [indent + line for line in lines]
     # a struct
     fn = _gen_struct_decoder(f.fields, gen, f.kafka_name)
-    if nullable:
+    if nullable and not elem:  # a nullable array's items are never null themselves
         # nullable structs carry an int8 presence marker
         return [
             indent + "if _prim_int8(buf, pos)[0] < 0:",
@@ -423,7 +423,7 @@ def _encode_value_lines(f: Field, expr: str, gen: _Gen, indent: str, elem: bool 
         lines.append(f"    out.append({v})")
         return [indent + line for line in lines]
     fn = _gen_struct_encoder(f.fields, gen, f.kafka_name)
-    if gen.version in f.nullable:
+    if gen.version in f.nullable and not elem:  # a nullable array's items are never null themselves
         return [
             indent + f"if {expr} is None:",
             indent + "    out.append(b'\\xff')",

@@ -102,9 +102,8 @@ def test_round_trip(name, version):
     check()
 
 
-# Fetch and Produce carry record sets, which kafka-python parses into records; their framing is
-# covered by tests/unit/test_records.py and by real clients in the integration tests.
-CROSS = [("MetadataResponse", 0), ("MetadataResponse", 9), ("MetadataResponse", 12), ("ListOffsetsRequest", 1),
+CROSS = [("FetchResponse", 4), ("FetchResponse", 11), ("FetchResponse", 12), ("FetchResponse", 16),
+         ("ProduceRequest", 3), ("ProduceRequest", 9), ("MetadataResponse", 0), ("MetadataResponse", 9), ("MetadataResponse", 12), ("ListOffsetsRequest", 1),
          ("ListOffsetsRequest", 7), ("ListOffsetsRequest", 10), ("FindCoordinatorResponse", 3), ("FindCoordinatorResponse", 4), ("ApiVersionsResponse", 0),
          ("DescribeClusterResponse", 0)]
 
@@ -126,12 +125,25 @@ def test_kafka_python_decodes_what_we_encode(name, version):
               phases=[Phase.explicit, Phase.generate])
     @given(message_strategy(c.schema.fields, version))
     def check(msg):
+        _drop_records(msg)  # kafka-python parses record sets, and random bytes are not one
         data = c.encode(msg)
         theirs = cls.decode(data, version=version, header=False)
         theirs._header = None  # kafka-python leaves this slot unset on decoded messages
         assert bytes(theirs.encode(version=version, header=False)) == data
 
     check()
+
+
+def _drop_records(msg: object) -> None:
+    if isinstance(msg, list):
+        for item in msg:
+            _drop_records(item)
+    elif isinstance(msg, dict):
+        for key, value in msg.items():
+            if key == "records":
+                msg[key] = None
+            else:
+                _drop_records(value)
 
 
 INTERCEPTED = [0, 1, 2, 3, 10, 18, 19, 20, 21, 23, 32, 33, 44, 60]
