@@ -60,7 +60,7 @@ def test_consumer_group_rebalance_commit_resume(upstream, proxy, client, unique_
     with RemotePortSampler() as ports:
         one = GroupMember(client, proxy.bootstrap, topic, group)
         two = GroupMember(client, proxy.bootstrap, topic, group)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 40
         # Both members must hold partitions at once (a rebalance happened) and all data be read.
         while time.monotonic() < deadline:
             one.poll(0.3)
@@ -80,7 +80,7 @@ def test_consumer_group_rebalance_commit_resume(upstream, proxy, client, unique_
         second = [Rec(partition=i % 4, key=None, value=f"b{i}".encode()) for i in range(400)]
         produce(client, proxy.bootstrap, topic, second)
         resumed = GroupMember(client, proxy.bootstrap, topic, group)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while len(resumed.seen) < len(second) and time.monotonic() < deadline:
             resumed.poll(0.5)
         resumed.close()
