@@ -174,7 +174,11 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 class GroupMember:
-    """One member of a consumer group, driven step by step from the test thread."""
+    """One member of a consumer group, driven step by step from the test thread.
+
+    Every member uses a short max poll interval: it is also the group's rebalance timeout, which
+    bounds how long a broker that misses a LeaveGroup keeps a new member waiting to join.
+    """
 
     def __init__(self, client: str, bootstrap: str, topic: str, group: str) -> None:
         self.client = client
@@ -185,13 +189,14 @@ class GroupMember:
             self._c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                                     auto_offset_reset="earliest", enable_auto_commit=False,
                                     session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                                    max_poll_interval_ms=60_000)
+                                    max_poll_interval_ms=10_000)
         elif client == "confluent":
             from confluent_kafka import Consumer
 
             self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                 "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+                                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                                "max.poll.interval.ms": 10_000})
             self._c.subscribe([topic])
         elif client == "aiokafka":
             # aiokafka heartbeats from tasks on its event loop, so the loop must keep running
@@ -205,7 +210,8 @@ class GroupMember:
 
         self._c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                                    auto_offset_reset="earliest", enable_auto_commit=False,
-                                   session_timeout_ms=6000, heartbeat_interval_ms=1000)
+                                   session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                                   max_poll_interval_ms=10_000)
         await self._c.start()
 
     @staticmethod
