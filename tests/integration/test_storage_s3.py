@@ -1,0 +1,298 @@
+"""S3Storage against moto's real HTTP server: the shared storage contract, multipart uploads, ranged
+GETs, retries and recovery when the endpoint goes away, and KIP-917 prefix records."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import botocore.exceptions
+import pytest
+
+from tests.integration.s3_server import (
+    DUMMY_CREDENTIALS,
+    REGION,
+    MotoS3,
+    new_bucket,
+    s3_client,
+    s3_endpoint,  # noqa: F401 - the session fixture, used by name
+)
+from tests.unit.test_storage_local import StorageContract, segment_data, segment_metadata
+from tiering.model import IndexType, LogSegmentData
+from tiering.storage import (
+    MiB,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    S3SegmentLocation,
+    S3Storage,
+    storage_from_uri,
+)
+
+CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
+
+
+def s3_storage(endpoint: str, bucket: str, prefix: str = "", **kwargs) -> S3Storage:
+    kwargs.setdefault("max_attempts", 2)
+    return S3Storage(bucket, prefix, endpoint_url=endpoint, region=REGION, **CREDENTIALS, **kwargs)
+
+
+def all_keys(endpoint: str, bucket: str) -> set[str]:
+    pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
+
+
+@pytest.fixture
+def bucket(s3_endpoint) -> str:  # noqa: F811 - pytest injects the imported fixture by name
+    return new_bucket(s3_endpoint)
+
+
+class TestS3Storage(StorageContract):
+    @pytest.fixture
+    def make_storage(self, s3_endpoint, bucket) -> Iterator:  # noqa: F811
+        made: list[S3Storage] = []
+
+        def make(prefix: str = "") -> S3Storage:
+            made.append(s3_storage(s3_endpoint, bucket, prefix))
+            return made[-1]
+
+        yield make
+        for storage in made:
+            storage.close()
+
+    @pytest.fixture
+    def list_keys(self, s3_endpoint, bucket):  # noqa: F811
+        return lambda: all_keys(s3_endpoint, bucket)
+
+    @pytest.fixture
+    def oversized_storage(self, make_storage):
+        storage = make_storage(prefix="tiered/v1")
+        # The constructor refuses a limit its own metadata cannot meet; lowering it afterwards is
+        # the way to reach the copy-time check (as a prefix config that outgrew the limit would).
+        storage.custom_metadata_max_bytes = 8
+        return storage
+
+    def test_custom_metadata_records_prefix_and_stored_bytes(self, storage):
+        data = segment_data()
+        blob = storage.copy_log_segment_data(segment_metadata(), data)
+        assert blob is not None and len(blob) <= storage.custom_metadata_max_bytes
+        sizes = [
+            len(data.log),
+            len(data.offset_index),
+            len(data.time_index),
+            len(data.transaction_index or b""),
+        ]
+        sizes += [len(data.leader_epoch_index), len(data.producer_snapshot)]
+        assert S3SegmentLocation.decode(blob) == S3SegmentLocation("tiered/v1", sum(sizes))
+
+    def test_ranged_reads_send_a_range_header(self, storage):
+        metadata, data = segment_metadata(), segment_data()
+        storage.copy_log_segment_data(metadata, data)
+        ranges: list[str | None] = []
+        storage.client.meta.events.register(
+            "before-send.s3.GetObject", lambda request, **_: ranges.append(request.headers.get("Range"))
+        )
+        assert storage.fetch_log_segment(metadata, 5, 9) == data.log[5:10]
+        assert storage.fetch_log_segment(metadata, 7) == data.log[7:]
+        assert [r.decode() if isinstance(r, bytes) else r for r in ranges] == ["bytes=5-9", "bytes=7-"]
+
+
+def test_large_segments_go_up_in_parts(s3_endpoint, bucket):  # noqa: F811
+    log = os.urandom(20 * MiB)
+    storage = s3_storage(s3_endpoint, bucket, "big", multipart_threshold=8 * MiB, part_size=8 * MiB)
+    metadata = segment_metadata()
+    storage.copy_log_segment_data(metadata, segment_data(log=log))
+    client = s3_client(s3_endpoint)
+    head = client.head_object(Bucket=bucket, Key=storage.object_key(metadata, "log"))
+    # A multipart object's ETag is "<md5 of part md5s>-<part count>": 8 + 8 + 4 MiB.
+    assert head["ETag"].strip('"').endswith("-3")
+    assert head["ContentLength"] == len(log)
+    small = client.head_object(Bucket=bucket, Key=storage.object_key(metadata, "index"))
+    assert "-" not in small["ETag"]
+    assert "Uploads" not in client.list_multipart_uploads(Bucket=bucket)
+    boundary = 8 * MiB
+    assert (
+        storage.fetch_log_segment(metadata, boundary - 10, boundary + 10)
+        == log[boundary - 10 : boundary + 11]
+    )
+    assert storage.fetch_log_segment(metadata, 0) == log
+
+
+def test_failed_multipart_upload_is_aborted(s3_endpoint, bucket, monkeypatch):  # noqa: F811
+    storage = s3_storage(s3_endpoint, bucket, "big", multipart_threshold=5 * MiB, part_size=5 * MiB)
+    upload_part = storage.client.upload_part
+
+    def failing_upload_part(**kwargs):
+        if kwargs["PartNumber"] == 2:
+            raise botocore.exceptions.ClientError(
+                {
+                    "Error": {"Code": "InternalError", "Message": "injected"},
+                    "ResponseMetadata": {"HTTPStatusCode": 500},
+                },
+                "UploadPart",
+            )
+        return upload_part(**kwargs)
+
+    monkeypatch.setattr(storage.client, "upload_part", failing_upload_part)
+    with pytest.raises(RemoteStorageError) as info:
+        storage.copy_log_segment_data(segment_metadata(), segment_data(log=bytes(11 * MiB)))
+    assert info.value.retriable is True
+    assert "Uploads" not in s3_client(s3_endpoint).list_multipart_uploads(Bucket=bucket)
+    assert all_keys(s3_endpoint, bucket) == set()
+
+
+def test_changed_prefix_still_reaches_old_segments(s3_endpoint, bucket):  # noqa: F811
+    old = s3_storage(s3_endpoint, bucket, "old/layout")
+    metadata, data = segment_metadata(), segment_data()
+    custom = old.copy_log_segment_data(metadata, data)
+    stored = dataclasses.replace(metadata, custom_metadata=custom)  # as the metadata store keeps it
+
+    new = s3_storage(s3_endpoint, bucket, "new")
+    assert new.fetch_log_segment(stored, 3, 20) == data.log[3:21]
+    assert new.fetch_index(stored, IndexType.TIMESTAMP) == data.time_index
+    # Without the record, the current prefix is all there is to go on.
+    with pytest.raises(RemoteResourceNotFoundError):
+        new.fetch_log_segment(metadata, 0)
+
+    new.delete_log_segment_data(stored)
+    assert all_keys(s3_endpoint, bucket) == set()
+
+
+def test_unreachable_endpoint_is_retriable_and_recovers():
+    server = MotoS3()  # a server of its own, so stopping it leaves the session's alone
+    server.start()
+    try:
+        bucket = new_bucket(server.endpoint)
+        storage = s3_storage(server.endpoint, bucket, "p", max_attempts=3)
+        metadata, data = segment_metadata(), segment_data()
+        storage.copy_log_segment_data(metadata, data)
+
+        server.stop()
+        began = time.monotonic()
+        with pytest.raises(RemoteStorageError) as info:
+            storage.fetch_log_segment(metadata, 0, 9)
+        assert info.value.retriable is True
+        assert not isinstance(info.value, RemoteResourceNotFoundError)
+        # Three attempts with standard-mode backoff (at most 1 s, then 2 s, of jittered sleep).
+        assert time.monotonic() - began < 10
+
+        server.start()  # same port; moto's objects live in this process and survive
+        assert storage.fetch_log_segment(metadata, 0, 9) == data.log[:10]
+    finally:
+        server.stop()
+
+
+class _AlwaysSlowDown(http.server.BaseHTTPRequestHandler):
+    """Answers everything with S3's throttling error."""
+
+    requests = 0
+    protocol_version = "HTTP/1.1"
+
+    def _refuse(self) -> None:
+        type(self).requests += 1
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+        self.send_response(503)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _refuse
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's parameter name
+        pass
+
+
+def test_throttling_is_retried_then_surfaces_as_retriable():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AlwaysSlowDown)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        storage = s3_storage(endpoint, "throttled", max_attempts=3)
+        began = time.monotonic()
+        with pytest.raises(RemoteStorageError) as info:
+            storage.fetch_index(segment_metadata(), IndexType.OFFSET)
+        assert info.value.retriable is True
+        assert _AlwaysSlowDown.requests == 3  # botocore retried: the retry config is in effect
+        assert time.monotonic() - began < 10
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_missing_bucket_is_not_retriable_and_not_a_missing_segment(s3_endpoint):  # noqa: F811
+    storage = s3_storage(s3_endpoint, "no-such-bucket-here")
+    with pytest.raises(RemoteStorageError) as info:
+        storage.fetch_log_segment(segment_metadata(), 0)
+    assert info.value.retriable is False
+    assert not isinstance(info.value, RemoteResourceNotFoundError)
+
+
+def test_custom_metadata_codec():
+    location = S3SegmentLocation("a/b", 12345)
+    blob = location.encode()
+    assert blob == b"\x01" + (12345).to_bytes(8, "big") + (3).to_bytes(2, "big") + b"a/b"
+    assert S3SegmentLocation.decode(blob) == location
+    assert S3SegmentLocation.decode(S3SegmentLocation("", 0).encode()) == S3SegmentLocation("", 0)
+    for bad in [b"", b"\x02" + blob[1:], blob[:5], blob + b"x"]:
+        with pytest.raises(RemoteStorageError):
+            S3SegmentLocation.decode(bad)
+
+
+def test_prefix_too_long_for_the_metadata_limit_is_a_config_error():
+    with pytest.raises(ValueError, match="custom metadata"):
+        S3Storage("bkt", "p" * 118, client=object())
+    S3Storage("bkt", "p" * 117, client=object())  # 11 + 117 = 128 fits
+
+
+def test_s3_uri_parsing():
+    storage = storage_from_uri(
+        "s3://my-bucket/tiered/prefix/?endpoint_url=http://127.0.0.1:9/&region=eu-west-1",
+        **{"remote.log.storage.s3.max.attempts": "2", "unrelated.key": "x"},
+    )
+    assert isinstance(storage, S3Storage)
+    assert (storage.bucket, storage.prefix) == ("my-bucket", "tiered/prefix")
+    assert storage.client.meta.endpoint_url == "http://127.0.0.1:9/"
+    assert storage.client.meta.region_name == "eu-west-1"
+
+    bare = storage_from_uri("s3://my-bucket", **{"remote.log.storage.s3.endpoint.url": "http://localhost:1"})
+    assert isinstance(bare, S3Storage) and bare.prefix == ""
+    assert bare.client.meta.endpoint_url == "http://localhost:1"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://",
+        "s3:///prefix",
+        "s3://Bad_Bucket/x",
+        "s3://bkt/x?foo=1",
+        "s3://bkt/x?endpoint_url=ftp://host",
+        "s3://bkt/x?region=a&region=b",
+        "s3://bkt/a//b",
+        "s3://bkt/x#frag",
+    ],
+)
+def test_bad_s3_uris(uri):
+    with pytest.raises(ValueError):
+        storage_from_uri(uri)
+
+
+def test_storage_from_uri_round_trip(s3_endpoint, bucket):  # noqa: F811
+    storage = storage_from_uri(
+        f"s3://{bucket}/from-uri?endpoint_url={s3_endpoint}&region={REGION}",
+        **{
+            "remote.log.storage.s3.access.key.id": DUMMY_CREDENTIALS["aws_access_key_id"],
+            "remote.log.storage.s3.secret.access.key": DUMMY_CREDENTIALS["aws_secret_access_key"],
+        },
+    )
+    metadata = segment_metadata()
+    storage.copy_log_segment_data(metadata, LogSegmentData(b"hello", b"", b"", None, b""))
+    assert storage.fetch_log_segment(metadata, 1, 3) == b"ell"
+    assert all(k.startswith("from-uri/") for k in all_keys(s3_endpoint, bucket))
