@@ -6,15 +6,23 @@ import enum
 
 
 class ProtocolError(ValueError):
-    """Malformed input: truncated data, a bad length or varint, a bad CRC or magic.
+    """Malformed input: truncated data, a bad length or varint, a bad CRC or an unknown magic.
 
     Every decoder in ``protocol`` raises this and nothing else for bad bytes, so the proxy can
-    close just the offending connection with one clear log line.
+    close just the offending connection with one clear log line. ``offset`` is the byte offset
+    of the fault within the buffer the caller passed, when the decoder knows it; it is also
+    appended to the message so logs carry it without extra formatting.
     """
+
+    offset: int | None
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message if offset is None else f"{message} (at byte {offset})")
+        self.offset = offset
 
 
 class ErrorCode(enum.IntEnum):
-    """Kafka's error codes by their protocol-guide names."""
+    """Kafka's error codes under the names the protocol guide gives them."""
 
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
@@ -27,14 +35,14 @@ class ErrorCode(enum.IntEnum):
     REQUEST_TIMED_OUT = 7
     BROKER_NOT_AVAILABLE = 8
     REPLICA_NOT_AVAILABLE = 9
-    MESSAGE_SIZE_TOO_LARGE = 10
+    MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
     OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
-    INVALID_TOPIC = 17
+    INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
@@ -56,7 +64,7 @@ class ErrorCode(enum.IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
-    INVALID_REPLICATION_ASSIGNMENT = 39
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
@@ -145,13 +153,31 @@ class ErrorCode(enum.IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+    INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129
+    STREAMS_INVALID_TOPOLOGY = 130
+    STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+    STREAMS_TOPOLOGY_FENCED = 132
+    SHARE_SESSION_LIMIT_REACHED = 133
 
     @property
     def retriable(self) -> bool:
+        """Whether Kafka marks the error retriable (its exception is a RetriableException)."""
         return self in _RETRIABLE
 
+    @classmethod
+    def from_code(cls, code: int) -> ErrorCode:
+        """The member for ``code``; a code newer than this table maps to UNKNOWN_SERVER_ERROR,
+        as Kafka's own clients do, so a newer broker never makes a lookup raise."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN_SERVER_ERROR
 
-_RETRIABLE = frozenset({
+
+# The "RETRIABLE" column of the protocol guide's error table.
+_RETRIABLE: frozenset[ErrorCode] = frozenset({
+    ErrorCode.CORRUPT_MESSAGE,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -182,4 +208,5 @@ _RETRIABLE = frozenset({
     ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
     ErrorCode.SHARE_SESSION_NOT_FOUND,
     ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+    ErrorCode.SHARE_SESSION_LIMIT_REACHED,
 })
