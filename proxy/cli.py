@@ -13,6 +13,7 @@ import trio
 
 from proxy.config import ConfigError, ProxyConfig, load_properties
 from proxy.server import Proxy
+from tiering.service import TieringService
 
 log = logging.getLogger("tiered-proxy")
 
@@ -37,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="upstream brokers (config: bootstrap.servers)")
     serve.add_argument("--listen", metavar="HOST:PORT",
                        help="bootstrap listener clients connect to (config: listeners; default 127.0.0.1:19092)")
+    serve.add_argument("--remote", metavar="URI",
+                       help="remote tier: file:///path or s3://bucket/prefix (config: remote.log.storage.uri; "
+                            "default file://DATA_DIR/remote)")
+    serve.add_argument("--metadata", metavar="URI",
+                       help="remote log metadata store: file:///path or topic://__remote_log_metadata "
+                            "(config: remote.log.metadata.uri; default file://DATA_DIR/metadata)")
+    serve.add_argument("--data-dir", type=Path, metavar="DIR",
+                       help="working directory for tiering (config: proxy.data.dir; default /tmp/tiered-proxy)")
+    serve.add_argument("--tier-all-topics", action="store_true",
+                       help="tier every topic, not only those with remote.storage.enable=true "
+                            "(config: proxy.tier.all.topics)")
     _add_common(serve)
     demo = sub.add_parser("demo", help="start an embedded broker and the proxy on loopback, and show how to use them")
     demo.add_argument("--listen", default="127.0.0.1:19092", metavar="HOST:PORT")
@@ -57,6 +69,14 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, str] | None = No
         props["bootstrap.servers"] = args.bootstrap_servers
     if getattr(args, "listen", None):
         props["listeners"] = args.listen
+    if getattr(args, "remote", None):
+        props["remote.log.storage.uri"] = args.remote
+    if getattr(args, "metadata", None):
+        props["remote.log.metadata.uri"] = args.metadata
+    if getattr(args, "data_dir", None) and args.command == "serve":
+        props["proxy.data.dir"] = str(args.data_dir.resolve())
+    if getattr(args, "tier_all_topics", False):
+        props["proxy.tier.all.topics"] = "true"
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
@@ -85,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             config = config_from_args(args)
-            trio.run(_serve_until_signal, Proxy(config))
+            tiering = TieringService.from_properties(config.bootstrap, config.extra)
+            trio.run(_serve_until_signal, Proxy(config, tiering))
             return 0
         if args.command == "demo":
             from proxy.demo import run_demo
 
             data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tiered-proxy-demo-"))
             return run_demo(args, data_dir)
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:
         print(f"tiered-proxy: configuration error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

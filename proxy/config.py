@@ -84,6 +84,11 @@ class ProxyConfig:
             )
         return port
 
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` as Kafka writes it."""
+        return ",".join(f"{h}:{p}" for h, p in self.bootstrap_servers)
+
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ProxyConfig:
         props = dict(props)

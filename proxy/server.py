@@ -22,6 +22,7 @@ from proxy.upstream import (
     open_upstream,
     probe_api_versions,
 )
+from tiering.service import TieringService
 
 if TYPE_CHECKING:
     pass
@@ -46,7 +47,7 @@ class Metrics:
 
 
 class Proxy:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, tiering: TieringService | None = None) -> None:
         self.config = config
         self.cluster = ClusterView()
         self.metrics = Metrics()
@@ -56,6 +57,7 @@ class Proxy:
         self._hooks: dict[int, RequestHook] = {}
         # Proxy-side capability overrides: API key -> highest version the proxy answers itself.
         self.version_overrides: dict[int, tuple[int, int]] = {}
+        self.tiering = tiering  # started with the listeners, stopped when the proxy stops
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -69,6 +71,7 @@ class Proxy:
                 log.warning("no upstream broker answered at start (%s); will keep trying", e)
             await self.ensure_listeners()
             nursery.start_soon(self._metadata_refresher)
+            await self._start_tiering()
             log.info(
                 "proxy listening on %s:%d for upstream %s",
                 self.config.listen_host,
@@ -76,6 +79,20 @@ class Proxy:
                 ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers),
             )
             task_status.started(self)
+
+    async def _start_tiering(self) -> None:
+        if self.tiering is None or self._nursery is None:
+            return
+        self.tiering.start()
+        self._nursery.start_soon(self._stop_tiering_on_exit)
+
+    async def _stop_tiering_on_exit(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                if self.tiering is not None:
+                    await trio.to_thread.run_sync(self.tiering.stop)
 
     def stop(self) -> None:
         if self._nursery is not None:

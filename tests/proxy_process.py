@@ -71,6 +71,7 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
         "--bootstrap-servers", upstream_bootstrap,
         "--listen", f"127.0.0.1:{port}",
         "--set", f"proxy.broker.port.map={mapping}",
+        "--data-dir", str(work_dir / f"data-{port}"),
         *extra_args,
     ]
     log_file = open(log_path, "wb")  # noqa: SIM115 - the child keeps writing to it

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import errno
+import glob
 import logging
 import os
 import re
@@ -428,6 +429,10 @@ class LocalFolderStorage(ObjectStorage):
         for key in keys:
             path = self.path_of(key)
             with _os_errors("delete", key, reading=False):
+                # A write killed before its rename leaves a temporary file; it goes too.
+                for stray in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+                    stray.unlink(missing_ok=True)
+                    directories.add(path.parent)
                 try:
                     path.unlink()
                 except FileNotFoundError:

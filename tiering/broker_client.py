@@ -1,0 +1,260 @@
+"""A small blocking Kafka client for the tiering tasks, built on our own message codecs.
+
+The copier needs what no client library gives: record batches exactly as the broker serves them
+(bytes, CRCs intact, with the aborted-transaction list and the last stable offset), plus a few
+admin calls (Metadata with topic ids, ListOffsets, DescribeConfigs, DeleteRecords). One
+connection per broker, one request at a time per connection; a client is used by one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import struct
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.apis import API_VERSIONS, DELETE_RECORDS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA, api
+from protocol.errors import ErrorCode
+from protocol.headers import RequestHeader, decode_response_header, encode_request_header
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "tiered-proxy-tiering"
+# The newest version of each API this client speaks: Fetch v12 still names topics (v13+ only by
+# id, and noida-db reports zero ids), Metadata v10+ carries topic ids.
+_PREFERRED = {FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, DESCRIBE_CONFIGS: 4, DELETE_RECORDS: 2}
+_TOPIC_RESOURCE = 2
+_LENGTH = struct.Struct(">i")
+
+EARLIEST = -2
+LATEST = -1
+
+
+class BrokerClientError(Exception):
+    """A broker could not be reached, closed the connection, or answered nonsense."""
+
+
+@dataclass
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID  # all zeros when the broker has no topic ids (noida-db)
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    internal: bool = False
+
+
+@dataclass
+class FetchedPartition:
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]]  # (producer id, first offset)
+    records: memoryview
+
+
+class _Connection:
+    _correlation = itertools.count(1)
+
+    def __init__(self, host: str, port: int, timeout_s: float, max_response_bytes: int) -> None:
+        self.address = f"{host}:{port}"
+        self.max_response_bytes = max_response_bytes
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise BrokerClientError(f"cannot connect to broker {self.address}: {exc}") from None
+        self.sock.settimeout(timeout_s)
+        self.versions: dict[int, tuple[int, int]] = {}
+        response = self.request(API_VERSIONS, 0, {})
+        self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
+
+    def version(self, api_key: int) -> int:
+        low, high = self.versions.get(api_key, (0, -1))
+        chosen = min(high, _PREFERRED.get(api_key, high))
+        if chosen < low:
+            raise BrokerClientError(f"broker {self.address} does not support {api(api_key).name}")
+        return chosen
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        spec = api(api_key)
+        corr = next(self._correlation) & 0x7FFFFFFF
+        header = encode_request_header(RequestHeader(api_key, version, corr, CLIENT_ID),
+                                       spec.request_header_version(version))
+        payload = header + spec.request_codec(version).encode(body)
+        try:
+            self.sock.sendall(_LENGTH.pack(len(payload)) + payload)
+            (size,) = _LENGTH.unpack(self._read_exactly(4))
+            if not 0 <= size <= self.max_response_bytes:
+                raise BrokerClientError(f"broker {self.address} sent a {size}-byte frame")
+            frame = memoryview(self._read_exactly(size))
+        except OSError as exc:
+            self.close()
+            raise BrokerClientError(f"{spec.name} to {self.address} failed: {exc}") from None
+        got, pos = decode_response_header(frame, spec.response_header_version(version))
+        if got != corr:
+            self.close()
+            raise BrokerClientError(f"broker {self.address} answered correlation id {got}, expected {corr}")
+        return spec.response_codec(version).decode(frame[pos:])
+
+    def _read_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            chunk = self.sock.recv_into(view[got:])
+            if chunk == 0:
+                raise BrokerClientError(f"broker {self.address} closed the connection")
+            got += chunk
+        return buf
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class BrokerClient:
+    """Blocking requests to the brokers of one cluster (not thread-safe: one per thread)."""
+
+    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
+                 max_response_bytes: int = 1 << 30) -> None:
+        self.bootstrap = [_split(a) for a in bootstrap_servers.split(",") if a.strip()]
+        if not self.bootstrap:
+            raise ValueError("no bootstrap servers")
+        self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self._connections: dict[tuple[str, int], _Connection] = {}
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+
+    def _connection(self, address: tuple[str, int]) -> _Connection:
+        conn = self._connections.get(address)
+        if conn is None or conn.sock.fileno() < 0:
+            conn = self._connections[address] = _Connection(*address, self.timeout_s, self.max_response_bytes)
+        return conn
+
+    def _call(self, address: tuple[str, int], api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        conn = self._connection(address)
+        version = conn.version(api_key)
+        try:
+            return conn.request(api_key, version, body), version
+        except BrokerClientError:
+            self._connections.pop(address, None)
+            raise
+
+    def _any_broker(self, api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        errors = []
+        for address in [*self.brokers.values(), *self.bootstrap]:
+            try:
+                return self._call(address, api_key, body)
+            except BrokerClientError as exc:
+                errors.append(str(exc))
+        raise BrokerClientError("; ".join(errors))
+
+    def _node(self, node_id: int) -> tuple[str, int]:
+        if node_id not in self.brokers:
+            self.metadata([])
+        if node_id not in self.brokers:
+            raise BrokerClientError(f"broker {node_id} is not in the cluster metadata")
+        return self.brokers[node_id]
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def metadata(self, topics: list[str] | None = None) -> dict[str, TopicInfo]:
+        """Brokers (remembered) and topics: all of them when ``topics`` is None."""
+        body = {"topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
+                "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
+        response, _ = self._any_broker(METADATA, body)
+        self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
+        result = {}
+        for t in response["topics"]:
+            if t["error_code"] != ErrorCode.NONE or t["name"] is None:
+                continue
+            raw_id = t.get("topic_id")
+            topic_id = uuid.UUID(bytes=bytes(raw_id)) if raw_id else uuid.UUID(int=0)
+            info = TopicInfo(t["name"], topic_id, internal=bool(t.get("is_internal")))
+            for p in t["partitions"]:
+                info.partitions[p["partition_index"]] = PartitionInfo(
+                    p["partition_index"], p["leader_id"], p.get("leader_epoch", -1))
+            result[info.name] = info
+        return result
+
+    def fetch(self, leader: int, topic: str, partition: int, offset: int, *, max_bytes: int,
+              read_committed: bool = True, max_wait_ms: int = 100) -> FetchedPartition:
+        """One partition's raw record batches from ``offset`` (whole and maybe a cut last one).
+
+        ``max_wait_ms`` must stay above zero: Tansu answers a zero-wait fetch with no partitions."""
+        body = {
+            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
+            "isolation_level": 1 if read_committed else 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "topic_id": None, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        }
+        response, _ = self._call(self._node(leader), FETCH, body)
+        if response.get("error_code", 0) != ErrorCode.NONE:
+            return FetchedPartition(response["error_code"], -1, -1, -1, [], memoryview(b""))
+        for t in response["responses"]:
+            for p in t["partitions"]:
+                if p["partition_index"] == partition:
+                    aborted = [(a["producer_id"], a["first_offset"]) for a in p.get("aborted_transactions") or []]
+                    records = p.get("records")
+                    return FetchedPartition(
+                        p["error_code"], p["high_watermark"], p.get("last_stable_offset", -1),
+                        p.get("log_start_offset", -1), aborted,
+                        memoryview(records) if records is not None else memoryview(b""))
+        raise BrokerClientError(f"fetch answer from broker {leader} lacks {topic}-{partition}")
+
+    def list_offset(self, leader: int, topic: str, partition: int, timestamp: int,
+                    read_committed: bool = False) -> tuple[int, int]:
+        """(error code, offset) for EARLIEST (-2), LATEST (-1) or a timestamp."""
+        body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0, "timeout_ms": 0,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                           "timestamp": timestamp, "max_num_offsets": 1}]}]}
+        response, _ = self._call(self._node(leader), LIST_OFFSETS, body)
+        p = response["topics"][0]["partitions"][0]
+        return p["error_code"], p.get("offset", -1)
+
+    def topic_configs(self, topics: list[str]) -> dict[str, dict[str, str | None]]:
+        """Each topic's configs as the broker reports them (only the set ones on some brokers)."""
+        if not topics:
+            return {}
+        # configuration_keys stays null: Tansu drops the connection when keys are named.
+        body = {"resources": [{"resource_type": _TOPIC_RESOURCE, "resource_name": t, "configuration_keys": None}
+                              for t in topics], "include_synonyms": False, "include_documentation": False}
+        response, _ = self._any_broker(DESCRIBE_CONFIGS, body)
+        result = {}
+        for r in response["results"]:
+            if r["error_code"] == ErrorCode.NONE:
+                result[r["resource_name"]] = {c["name"]: c["value"] for c in r["configs"]}
+        return result
+
+    def delete_records(self, leader: int, topic: str, partition: int, offset: int,
+                       timeout_ms: int = 10_000) -> tuple[int, int]:
+        """Move the log start of one partition to ``offset``; (error code, new low watermark)."""
+        body = {"timeout_ms": timeout_ms,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "offset": offset}]}]}
+        response, _ = self._call(self._node(leader), DELETE_RECORDS, body)
+        p = response["topics"][0]["partitions"][0]
+        return p["error_code"], p["low_watermark"]
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,139 @@
+"""Tiering settings: proxy-wide defaults under Kafka's broker config names, and the per-topic
+values that override them (Kafka's topic config names), resolved the way a broker resolves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+# Kafka's special values for local.retention.*: -2 "same as retention.*", -1 unlimited.
+LOCAL_RETENTION_SAME_AS_TOTAL = -2
+
+
+def _int(props: Mapping[str, object], key: str, default: int) -> int:
+    value = props.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _bool(props: Mapping[str, object], key: str, default: bool) -> bool:
+    value = props.get(key)
+    if value is None or value == "":
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return text == "true"
+
+
+@dataclass(frozen=True)
+class TieringConfig:
+    """Proxy-wide tiering settings (``.properties`` keys in the comments)."""
+
+    enabled: bool = True  # remote.log.storage.system.enable
+    tier_all_topics: bool = False  # proxy.tier.all.topics
+    thread_pool_size: int = 10  # remote.log.manager.thread.pool.size
+    task_interval_ms: int = 30_000  # remote.log.manager.task.interval.ms
+    copier_fetch_max_bytes: int = 8 << 20  # proxy.copier.fetch.max.bytes
+    copy_backoff_max_ms: int = 60_000  # proxy.copier.backoff.max.ms
+    # Defaults for topics that do not set their own (broker config names):
+    segment_bytes: int = 1 << 30  # log.segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000  # log.roll.ms
+    index_interval_bytes: int = 4096  # log.index.interval.bytes
+    retention_ms: int = 7 * 24 * 3600 * 1000  # log.retention.ms
+    retention_bytes: int = -1  # log.retention.bytes
+    local_retention_ms: int = LOCAL_RETENTION_SAME_AS_TOTAL  # log.local.retention.ms
+    local_retention_bytes: int = LOCAL_RETENTION_SAME_AS_TOTAL  # log.local.retention.bytes
+    remote_retention_ms: int = -1  # remote.log.retention.ms (broker-managed local retention)
+    remote_retention_bytes: int = -1  # remote.log.retention.bytes
+
+    KEYS = {
+        "enabled": "remote.log.storage.system.enable",
+        "tier_all_topics": "proxy.tier.all.topics",
+        "thread_pool_size": "remote.log.manager.thread.pool.size",
+        "task_interval_ms": "remote.log.manager.task.interval.ms",
+        "copier_fetch_max_bytes": "proxy.copier.fetch.max.bytes",
+        "copy_backoff_max_ms": "proxy.copier.backoff.max.ms",
+        "segment_bytes": "log.segment.bytes",
+        "segment_ms": "log.roll.ms",
+        "index_interval_bytes": "log.index.interval.bytes",
+        "retention_ms": "log.retention.ms",
+        "retention_bytes": "log.retention.bytes",
+        "local_retention_ms": "log.local.retention.ms",
+        "local_retention_bytes": "log.local.retention.bytes",
+        "remote_retention_ms": "remote.log.retention.ms",
+        "remote_retention_bytes": "remote.log.retention.bytes",
+    }
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object]) -> TieringConfig:
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            key = cls.KEYS[f.name]
+            default = f.default
+            values[f.name] = _bool(props, key, default) if isinstance(default, bool) else _int(props, key, default)
+        config = cls(**values)  # type: ignore[arg-type]
+        if config.thread_pool_size < 1:
+            raise ValueError("remote.log.manager.thread.pool.size must be at least 1")
+        if config.task_interval_ms < 1:
+            raise ValueError("remote.log.manager.task.interval.ms must be positive")
+        if config.segment_bytes < 1:
+            raise ValueError("log.segment.bytes must be positive")
+        return config
+
+
+@dataclass(frozen=True)
+class TopicTiering:
+    """One topic's effective settings."""
+
+    remote_storage_enable: bool
+    compacted: bool
+    segment_bytes: int
+    segment_ms: int
+    index_interval_bytes: int
+    retention_ms: int
+    retention_bytes: int
+    local_retention_ms: int
+    local_retention_bytes: int
+    remote_retention_ms: int
+    remote_retention_bytes: int
+
+    @property
+    def proxy_manages_local_retention(self) -> bool:
+        """KIP-405 mode: the proxy trims the brokers' log with DeleteRecords and expires remote
+        data by total retention. Otherwise the brokers keep their own retention and remote data
+        lives for remote.log.retention.*."""
+        return self.local_retention_ms >= 0 or self.local_retention_bytes >= 0
+
+    @property
+    def remote_expiry_ms(self) -> int:
+        return self.retention_ms if self.proxy_manages_local_retention else self.remote_retention_ms
+
+    @property
+    def remote_expiry_bytes(self) -> int:
+        return self.retention_bytes if self.proxy_manages_local_retention else self.remote_retention_bytes
+
+    @classmethod
+    def resolve(cls, defaults: TieringConfig, topic_configs: Mapping[str, str | None]) -> TopicTiering:
+        """``topic_configs`` is what the broker reports for the topic (all configs, or only the
+        set ones on brokers such as Tansu)."""
+        c = {k: v for k, v in topic_configs.items() if v is not None}
+        policy = str(c.get("cleanup.policy", "delete"))
+        return cls(
+            remote_storage_enable=_bool(c, "remote.storage.enable", defaults.tier_all_topics) or defaults.tier_all_topics,
+            compacted="compact" in policy,
+            segment_bytes=_int(c, "segment.bytes", defaults.segment_bytes),
+            segment_ms=_int(c, "segment.ms", defaults.segment_ms),
+            index_interval_bytes=_int(c, "index.interval.bytes", defaults.index_interval_bytes),
+            retention_ms=_int(c, "retention.ms", defaults.retention_ms),
+            retention_bytes=_int(c, "retention.bytes", defaults.retention_bytes),
+            local_retention_ms=_int(c, "local.retention.ms", defaults.local_retention_ms),
+            local_retention_bytes=_int(c, "local.retention.bytes", defaults.local_retention_bytes),
+            remote_retention_ms=_int(c, "remote.log.retention.ms", defaults.remote_retention_ms),
+            remote_retention_bytes=_int(c, "remote.log.retention.bytes", defaults.remote_retention_bytes),
+        )

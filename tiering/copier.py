@@ -1,0 +1,353 @@
+"""The copier of one tiered partition: broker log -> remote segments, plus expiry and local retention.
+
+One pass (:meth:`PartitionCopier.run_once`) does, in order:
+
+1. clean up orphans: segments left in COPY_SEGMENT_STARTED by a copy that died (this copier is
+   the partition's single writer, so between passes nothing of ours is in flight);
+2. copy: fetch raw batches from ``Ry + 1`` up to the last stable offset, append them to the open
+   segment, roll it at ``segment.bytes`` (or ``segment.ms`` once caught up), and for each rolled
+   segment record COPY_SEGMENT_STARTED, copy, record COPY_SEGMENT_FINISHED with the storage's
+   custom metadata;
+3. expire remote segments, oldest first, by the topic's remote retention;
+4. local retention: move the brokers' log start forward with DeleteRecords, never past ``Ry + 1``.
+
+If the brokers' log start has passed the copier's position, the offsets in between are lost:
+that is logged as an error, counted, and recorded in the gap log, and copying goes on from the
+log start.
+
+The fetches are ``read_uncommitted``, bounded by the last stable offset the response reports:
+that returns every batch below it, aborted ones included, as a broker's own segment holds them.
+(A ``read_committed`` fetch should too, but noida-db leaves aborted batches out of it, and Tansu
+sends no aborted-transaction list.) The transaction index is built from the log itself: a
+producer's first transactional batch after its previous marker opens a transaction, an ABORT
+marker closes it as aborted. Storage failures that may pass (S3 down, throttled) back the partition off
+exponentially; the open segment is kept, so nothing is fetched twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import ErrorCode
+from protocol.records import BatchHeader, ControlType, decode_control_record, decode_records, iter_batches
+from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError
+from tiering.config import TopicTiering
+from tiering.metadata import RemoteLogMetadataManager
+from tiering.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from tiering.segment import SegmentBuilder
+from tiering.storage import RemoteStorageError, RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+# Bytes fetched per pass and partition before yielding the worker to other partitions.
+PASS_BYTE_BUDGET = 256 << 20
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class TieringMetrics:
+    """Counters shared by all copiers (read by the proxy's metrics)."""
+
+    copied_segments: int = 0
+    copied_bytes: int = 0
+    copy_errors: int = 0
+    deleted_segments: int = 0
+    deleted_bytes: int = 0
+    orphans_cleaned: int = 0
+    data_loss_gaps: int = 0
+    data_loss_offsets: int = 0
+    local_log_start_moves: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+class GapLog:
+    """Where data-loss gaps are recorded: one JSON object per line, appended and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def record(self, tp: TopicIdPartition, first: int, last: int) -> None:
+        entry = {"topic": tp.topic, "topic_id": str(tp.topic_id), "partition": tp.partition,
+                 "first_offset": first, "last_offset": last, "detected_ms": now_ms()}
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+                f.flush()
+
+    def entries(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class PartitionCopier:
+    """Copies one partition; :meth:`run_once` is called by the manager, never concurrently."""
+
+    def __init__(self, tp: TopicIdPartition, leader: int, settings: TopicTiering, *, rlmm: RemoteLogMetadataManager,
+                 rsm: RemoteStorageManager, spool_dir: Path, metrics: TieringMetrics, gaps: GapLog,
+                 fetch_max_bytes: int, backoff_max_ms: int, broker_id: int = -1) -> None:
+        self.tp = tp
+        self.leader = leader
+        self.settings = settings
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.spool_dir = spool_dir
+        self.metrics = metrics
+        self.gaps = gaps
+        self.fetch_max_bytes = fetch_max_bytes
+        self.backoff_max_ms = backoff_max_ms
+        self.broker_id = broker_id
+        self.open: SegmentBuilder | None = None
+        self.next_offset: int | None = None  # next offset to fetch; None until the first pass
+        # producer id -> first offset of its open transaction, as seen in the log
+        self.open_transactions: dict[int, int] = {}
+        self.failures = 0
+        self.backoff_until = 0.0
+        self.log_start = -1  # the brokers' log start (Lx), as last seen
+        self.last_stable = -1  # Ly, as last seen
+        self.delete_records_unsupported = False
+        self.stopped = False
+
+    # --- the pass ------------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        return not self.stopped and time.monotonic() >= self.backoff_until
+
+    def run_once(self, client: BrokerClient) -> None:
+        try:
+            self._clean_orphans()
+            if self.next_offset is None:
+                self._start_position(client)
+            if self.open is not None and self.open.size >= self.settings.segment_bytes:
+                self._roll()  # a roll that failed last time
+            self._copy(client)
+            self._expire_remote()
+            self._local_retention(client)
+            self.failures = 0
+        except (RemoteStorageError, BrokerClientError, OSError) as exc:
+            self.failures += 1
+            self.metrics.add(copy_errors=1)
+            delay_ms = min(self.backoff_max_ms, 500 * 2 ** min(self.failures - 1, 16))
+            self.backoff_until = time.monotonic() + delay_ms / 1000
+            log.warning("tiering %s failed (attempt %d, retry in %.1fs): %s", self.tp, self.failures, delay_ms / 1000, exc)
+
+    def close(self) -> None:
+        self.stopped = True
+        if self.open is not None:
+            self.open.discard()
+            self.open = None
+
+    # --- positions -------------------------------------------------------------------------------
+
+    def remote_end(self) -> int | None:
+        """``Ry``: the highest copied offset, or None."""
+        segments = self.rlmm.copied_segments(self.tp)
+        return max(s.end_offset for s in segments) if segments else None
+
+    def _start_position(self, client: BrokerClient) -> None:
+        ry = self.remote_end()
+        if ry is not None:
+            self.next_offset = ry + 1
+            return
+        error, offset = client.list_offset(self.leader, self.tp.topic, self.tp.partition, EARLIEST)
+        if error != ErrorCode.NONE:
+            raise BrokerClientError(f"ListOffsets EARLIEST for {self.tp}: {ErrorCode.from_code(error).name}")
+        self.next_offset = offset  # nothing tiered yet: start at the brokers' log start
+
+    def _epoch_history(self) -> list[tuple[int, int]]:
+        history: list[tuple[int, int]] = []
+        for segment in self.rlmm.copied_segments(self.tp):
+            for epoch, start in segment.segment_leader_epochs:
+                if epoch >= 0 and (not history or epoch > history[-1][0]):
+                    history.append((epoch, start))
+        return history
+
+    # --- copying ---------------------------------------------------------------------------------
+
+    def _copy(self, client: BrokerClient) -> None:
+        assert self.next_offset is not None
+        fetched = 0
+        while fetched < PASS_BYTE_BUDGET and not self.stopped:
+            answer = client.fetch(self.leader, self.tp.topic, self.tp.partition, self.next_offset,
+                                  max_bytes=self.fetch_max_bytes, read_committed=False)
+            if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._out_of_range(client)
+                continue
+            if answer.error_code != ErrorCode.NONE:
+                raise BrokerClientError(f"fetch {self.tp} at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")
+            self.log_start = answer.log_start_offset
+            self.last_stable = answer.last_stable_offset if answer.last_stable_offset >= 0 else answer.high_watermark
+            progressed = False
+            for header, batch in iter_batches(answer.records):
+                if header.last_offset < self.next_offset:
+                    continue  # a batch the broker repeats from before our position
+                if header.base_offset >= self.last_stable:
+                    break  # past the last stable offset: not closed yet
+                self._append(header, batch)
+                fetched += len(batch)
+                progressed = True
+            if not progressed:
+                break
+        if self.open is not None and not self.open.empty and self.next_offset >= self.last_stable:
+            started = self.open.first_batch_timestamp
+            if started >= 0 and now_ms() - started >= self.settings.segment_ms:
+                self._roll()
+
+    def _append(self, header: BatchHeader, batch: memoryview) -> None:
+        if self.open is None:
+            self.open = SegmentBuilder(self.spool_dir, self.settings.index_interval_bytes, self._epoch_history())
+        self.open.add(header, batch)
+        if header.is_transactional:
+            if not header.is_control:
+                self.open_transactions.setdefault(header.producer_id, header.base_offset)
+            elif header.producer_id in self.open_transactions:
+                first = self.open_transactions.pop(header.producer_id)
+                for record in decode_records(batch):
+                    if decode_control_record(record)[1] == ControlType.ABORT:
+                        self.open.add_aborted(header.producer_id, first, header.base_offset)
+        self.next_offset = header.last_offset + 1
+        if self.open.size >= self.settings.segment_bytes:
+            self._roll()
+
+    def _roll(self) -> None:
+        """Copy the open segment and record it; on failure the segment stays open for a retry."""
+        builder = self.open
+        assert builder is not None and not builder.empty
+        segment_id = RemoteLogSegmentId(self.tp, uuid.uuid4())
+        with builder.finish() as (data, facts):
+            metadata = RemoteLogSegmentMetadata(
+                segment_id=segment_id, start_offset=facts.start_offset, end_offset=facts.end_offset,
+                max_timestamp_ms=facts.max_timestamp_ms, broker_id=self.broker_id, event_timestamp_ms=now_ms(),
+                segment_size_bytes=facts.size_bytes, segment_leader_epochs=facts.leader_epochs,
+                tx_index_empty=facts.tx_index_empty)
+            self.rlmm.add_remote_log_segment_metadata(metadata)
+            try:
+                custom = self.rsm.copy_log_segment_data(metadata, data)
+            except RemoteStorageError:
+                self._abandon(metadata)
+                raise
+        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            segment_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
+        self.metrics.add(copied_segments=1, copied_bytes=facts.size_bytes)
+        log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
+        builder.discard()
+        self.open = None
+
+    def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """A failed copy: try to remove what it left; if that fails too, the orphan sweep will."""
+        try:
+            self._delete_segment(metadata)
+        except RemoteStorageError as exc:
+            log.warning("could not clean up failed copy of %s segment %s yet: %s", self.tp, metadata.segment_id.id, exc)
+
+    def _out_of_range(self, client: BrokerClient) -> None:
+        error, log_start = client.list_offset(self.leader, self.tp.topic, self.tp.partition, EARLIEST)
+        if error != ErrorCode.NONE:
+            raise BrokerClientError(f"ListOffsets EARLIEST for {self.tp}: {ErrorCode.from_code(error).name}")
+        assert self.next_offset is not None
+        if log_start <= self.next_offset:
+            raise BrokerClientError(f"{self.tp}: offset {self.next_offset} out of range but log start is {log_start}")
+        first, last = self.next_offset, log_start - 1
+        log.error("DATA LOSS: %s offsets %d..%d were deleted by the brokers before they were tiered", self.tp, first, last)
+        self.metrics.add(data_loss_gaps=1, data_loss_offsets=last - first + 1)
+        self.gaps.record(self.tp, first, last)
+        if self.open is not None and not self.open.empty:
+            self._roll()  # what was fetched before the gap is still good
+        self.next_offset = log_start
+        self.open_transactions.clear()
+
+    # --- deleting ---------------------------------------------------------------------------------
+
+    def _delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        if metadata.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id))
+        self.rsm.delete_log_segment_data(metadata)
+        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+
+    def _clean_orphans(self) -> None:
+        for segment in self.rlmm.list_remote_log_segments(self.tp):
+            if segment.state in (RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
+                log.info("cleaning up %s segment %s left in %s", self.tp, segment.segment_id.id, segment.state.name)
+                self._delete_segment(segment)
+                self.metrics.add(orphans_cleaned=1)
+
+    def _expire_remote(self) -> None:
+        limit_ms, limit_bytes = self.settings.remote_expiry_ms, self.settings.remote_expiry_bytes
+        if limit_ms < 0 and limit_bytes < 0:
+            return
+        segments = self.rlmm.copied_segments(self.tp)
+        total = sum(s.segment_size_bytes for s in segments)
+        if self.open is not None:
+            total += self.open.size
+        cutoff = now_ms() - limit_ms
+        for segment in segments[:-1] if self.open is None else segments:
+            # Keep the newest segment while nothing newer is staged, so Ry stays known.
+            too_old = limit_ms >= 0 and segment.max_timestamp_ms < cutoff
+            too_big = limit_bytes >= 0 and total - segment.segment_size_bytes >= limit_bytes
+            if not (too_old or too_big):
+                break
+            self._delete_segment(segment)
+            total -= segment.segment_size_bytes
+            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+            log.info("expired %s remote segment %d..%d", self.tp, segment.start_offset, segment.end_offset)
+
+    def _local_retention(self, client: BrokerClient) -> None:
+        s = self.settings
+        if not s.proxy_manages_local_retention or self.delete_records_unsupported:
+            return
+        segments = [seg for seg in self.rlmm.copied_segments(self.tp) if seg.end_offset >= self.log_start]
+        if not segments:
+            return
+        local_bytes = sum(seg.segment_size_bytes for seg in segments) + (self.open.size if self.open else 0)
+        cutoff = now_ms() - s.local_retention_ms
+        target = self.log_start
+        for segment in segments:
+            too_old = s.local_retention_ms >= 0 and segment.max_timestamp_ms < cutoff
+            too_big = s.local_retention_bytes >= 0 and local_bytes > s.local_retention_bytes
+            if not (too_old or too_big):
+                break
+            target = segment.end_offset + 1  # never past Ry + 1: only copied segments count
+            local_bytes -= segment.segment_size_bytes
+        if target <= self.log_start:
+            return
+        try:
+            error, low_watermark = client.delete_records(self.leader, self.tp.topic, self.tp.partition, target)
+        except BrokerClientError as exc:
+            # Tansu advertises DeleteRecords but drops the connection on it.
+            self.delete_records_unsupported = True
+            log.error("brokers cannot move %s's log start (DeleteRecords failed: %s); local retention is off", self.tp, exc)
+            return
+        if error != ErrorCode.NONE:
+            log.warning("DeleteRecords %s to %d: %s", self.tp, target, ErrorCode.from_code(error).name)
+            return
+        log.info("local retention moved %s log start %d -> %d", self.tp, self.log_start, low_watermark)
+        self.log_start = low_watermark
+        self.metrics.add(local_log_start_moves=1)

@@ -1,0 +1,343 @@
+"""KIP-405's RemoteLogMetadataManager: the interface, and the in-memory state both stores share.
+
+A store persists three kinds of records (segment metadata, segment updates, partition delete
+metadata; ``tiering.metadata_codec`` turns them into bytes) and answers queries from a
+:class:`MetadataState` rebuilt from those records. The public write methods validate a record
+against the current state first (the segment state machine of the javadoc, partition delete
+states), then persist it, then apply it, so an invalid call raises and leaves nothing behind.
+Replay (a store reading its own journal, or another instance's records from the metadata topic)
+goes through :meth:`MetadataState.apply`, which trusts that the writer validated.
+
+Methods are synchronous and thread-safe: the copier runs on worker threads and the proxy's
+reader calls in from its own threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from tiering.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from tiering.storage import RemoteResourceNotFoundError
+
+log = logging.getLogger(__name__)
+
+RemoteLogMetadata = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+
+_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+_PARTITION_DELETE_TRANSITIONS: dict[RemotePartitionDeleteState | None, set[RemotePartitionDeleteState]] = {
+    None: {RemotePartitionDeleteState.DELETE_PARTITION_MARKED},
+    # A remover that restarts repeats STARTED; marking twice is harmless.
+    RemotePartitionDeleteState.DELETE_PARTITION_MARKED: {
+        RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+        RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+    },
+    RemotePartitionDeleteState.DELETE_PARTITION_STARTED: {
+        RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+        RemotePartitionDeleteState.DELETE_PARTITION_FINISHED,
+    },
+    RemotePartitionDeleteState.DELETE_PARTITION_FINISHED: set(),
+}
+
+
+class InvalidStateTransitionError(ValueError):
+    """A segment or partition-delete update that the state machine does not allow."""
+
+
+def epoch_ranges(segment: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
+    """``(epoch, first offset, last offset)`` for each leader epoch inside a segment."""
+    epochs = segment.segment_leader_epochs
+    ranges = []
+    for i, (epoch, start) in enumerate(epochs):
+        end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset
+        ranges.append((epoch, start, end))
+    return ranges
+
+
+@dataclass
+class PartitionState:
+    """Everything known about one partition's remote log."""
+
+    segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = field(default_factory=dict)
+    delete_state: RemotePartitionDeleteState | None = None
+    # Finished segments ordered by start offset, rebuilt lazily after a change.
+    _finished: list[RemoteLogSegmentMetadata] | None = None
+
+    def finished(self) -> list[RemoteLogSegmentMetadata]:
+        if self._finished is None:
+            self._finished = sorted(
+                (s for s in self.segments.values() if s.state == _FINISHED), key=lambda s: s.start_offset
+            )
+        return self._finished
+
+    def changed(self) -> None:
+        self._finished = None
+
+
+class MetadataState:
+    """The remote log metadata of every partition, as the records so far describe it.
+
+    Not thread-safe by itself; :class:`RemoteLogMetadataManager` holds a lock around it.
+    """
+
+    def __init__(self) -> None:
+        self.partitions: dict[TopicIdPartition, PartitionState] = {}
+
+    def partition(self, tp: TopicIdPartition) -> PartitionState:
+        state = self.partitions.get(tp)
+        if state is None:
+            state = self.partitions[tp] = PartitionState()
+        return state
+
+    # --- validation (public write path) ---------------------------------------------------
+
+    def check(self, record: RemoteLogMetadata) -> None:
+        """Raise if ``record`` may not be written now; otherwise return."""
+        if isinstance(record, RemoteLogSegmentMetadata):
+            if record.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+                raise ValueError(f"new segment metadata must be COPY_SEGMENT_STARTED, not {record.state.name}")
+            state = self.partitions.get(record.topic_id_partition)
+            if state is not None and state.delete_state is not None:
+                raise ValueError(f"{record.topic_id_partition} is being deleted ({state.delete_state.name})")
+            if state is not None and record.segment_id in state.segments:
+                raise ValueError(f"segment {record.segment_id.id} already exists")
+        elif isinstance(record, RemoteLogSegmentMetadataUpdate):
+            if record.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+                raise ValueError("an update cannot move a segment to COPY_SEGMENT_STARTED")
+            current = self.segment(record.segment_id)
+            if current is None:
+                raise RemoteResourceNotFoundError(f"no remote segment {record.segment_id.id} to update")
+            if not current.state.can_move_to(record.state):
+                raise InvalidStateTransitionError(
+                    f"segment {record.segment_id.id}: {current.state.name} -> {record.state.name} is not allowed"
+                )
+        elif isinstance(record, RemotePartitionDeleteMetadata):
+            state = self.partitions.get(record.topic_id_partition)
+            current = state.delete_state if state is not None else None
+            if record.state not in _PARTITION_DELETE_TRANSITIONS[current]:
+                source = current.name if current is not None else "no delete state"
+                raise InvalidStateTransitionError(
+                    f"{record.topic_id_partition}: {source} -> {record.state.name} is not allowed"
+                )
+        else:
+            raise TypeError(f"not remote log metadata: {type(record).__name__}")
+
+    # --- applying records (write path after persisting, and replay) ------------------------
+
+    def apply(self, record: RemoteLogMetadata) -> None:
+        """Apply a persisted record. Lenient: replay must not stop on one odd record."""
+        if isinstance(record, RemoteLogSegmentMetadata):
+            state = self.partition(record.topic_id_partition)
+            state.segments[record.segment_id] = record
+            state.changed()
+        elif isinstance(record, RemoteLogSegmentMetadataUpdate):
+            state = self.partition(record.segment_id.topic_id_partition)
+            current = state.segments.get(record.segment_id)
+            if current is None:
+                log.warning("metadata update for unknown segment %s ignored", record.segment_id.id)
+                return
+            if record.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                del state.segments[record.segment_id]
+            else:
+                state.segments[record.segment_id] = current.with_update(record)
+            state.changed()
+        elif isinstance(record, RemotePartitionDeleteMetadata):
+            state = self.partition(record.topic_id_partition)
+            state.delete_state = record.state
+            if record.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                state.segments.clear()
+                state.changed()
+
+    def snapshot_records(self) -> Iterator[RemoteLogMetadata]:
+        """Records that rebuild this state when applied in order (for compaction/snapshots)."""
+        for tp, state in sorted(self.partitions.items()):
+            yield from sorted(state.segments.values(), key=lambda s: (s.start_offset, s.segment_id.id))
+            if state.delete_state is not None:
+                yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        state = self.partitions.get(segment_id.topic_id_partition)
+        return state.segments.get(segment_id) if state is not None else None
+
+    def finished(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        state = self.partitions.get(tp)
+        return state.finished() if state is not None else []
+
+    def size_of_live_records(self) -> int:
+        return sum(len(s.segments) + (s.delete_state is not None) for s in self.partitions.values())
+
+
+class RemoteLogMetadataManager(ABC):
+    """KIP-405's RemoteLogMetadataManager (see the javadoc in the project seeds).
+
+    Subclasses implement :meth:`_persist` (make a validated record durable, or raise) and may
+    override :meth:`is_ready` and the leadership callbacks.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._state = MetadataState()
+        self._leaders: set[TopicIdPartition] = set()
+        self._followers: set[TopicIdPartition] = set()
+
+    @abstractmethod
+    def _persist(self, record: RemoteLogMetadata) -> None:
+        """Make ``record`` durable, then apply it to ``self._state`` (under ``self._lock``)."""
+
+    def close(self) -> None:  # noqa: B027 - stores with nothing to release need not override
+        """Release files, producers and consumers."""
+
+    def __enter__(self) -> RemoteLogMetadataManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def _write(self, record: RemoteLogMetadata) -> None:
+        with self._lock:
+            self._state.check(record)
+            self._persist(record)
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Record a segment whose copy is starting (state COPY_SEGMENT_STARTED)."""
+        self._write(metadata)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        """Move a segment along COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED ->
+        DELETE_SEGMENT_STARTED -> DELETE_SEGMENT_FINISHED (STARTED may go straight to
+        DELETE_SEGMENT_STARTED); anything else raises InvalidStateTransitionError."""
+        self._write(update)
+
+    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        """Move a partition along DELETE_PARTITION_MARKED -> STARTED -> FINISHED."""
+        self._write(metadata)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def remote_log_segment_metadata(
+        self, tp: TopicIdPartition, epoch_for_offset: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding ``offset`` written under leader epoch ``epoch_for_offset``."""
+        with self._lock:
+            for segment in self._segments_with_epoch(tp, epoch_for_offset, finished_only=True):
+                for epoch, first, last in epoch_ranges(segment):
+                    if epoch == epoch_for_offset and first <= offset <= last:
+                        return segment
+            return None
+
+    def segment_for_offset(self, tp: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding ``offset``, whatever its epoch (what a consumer read needs)."""
+        with self._lock:
+            finished = self._state.finished(tp)
+            i = bisect.bisect_right([s.start_offset for s in finished], offset) - 1
+            if i >= 0 and finished[i].end_offset >= offset:
+                return finished[i]
+            return None
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
+        """The highest offset copied under ``leader_epoch``, or None."""
+        with self._lock:
+            highest = None
+            for segment in self._segments_with_epoch(tp, leader_epoch, finished_only=True):
+                for epoch, _, last in epoch_ranges(segment):
+                    if epoch == leader_epoch:
+                        highest = last if highest is None else max(highest, last)
+            return highest
+
+    def list_remote_log_segments(
+        self, tp: TopicIdPartition, leader_epoch: int | None = None
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """Every segment of ``tp`` in any state, or only those holding ``leader_epoch``; sorted
+        by start offset. The result is a snapshot: later writes do not change it."""
+        with self._lock:
+            if leader_epoch is None:
+                state = self._state.partitions.get(tp)
+                segments = list(state.segments.values()) if state is not None else []
+            else:
+                segments = self._segments_with_epoch(tp, leader_epoch, finished_only=False)
+        return iter(sorted(segments, key=lambda s: s.start_offset))
+
+    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int) -> int:
+        """Bytes of all remote segments holding ``leader_epoch``."""
+        with self._lock:
+            return sum(s.segment_size_bytes for s in self._segments_with_epoch(tp, leader_epoch, finished_only=False))
+
+    def next_segment_with_txn_index(
+        self, tp: TopicIdPartition, epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The first copied segment of ``epoch`` ending at or after ``offset`` whose transaction
+        index is not empty."""
+        with self._lock:
+            for segment in sorted(
+                self._segments_with_epoch(tp, epoch, finished_only=True), key=lambda s: s.start_offset
+            ):
+                if segment.end_offset >= offset and not segment.tx_index_empty:
+                    return segment
+            return None
+
+    def partition_delete_state(self, tp: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        with self._lock:
+            state = self._state.partitions.get(tp)
+            return state.delete_state if state is not None else None
+
+    def copied_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED segments of ``tp`` by start offset: what readers may serve."""
+        with self._lock:
+            return list(self._state.finished(tp))
+
+    def partitions(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return sorted(self._state.partitions)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        """True when the store has caught up on ``tp``'s metadata."""
+        return True
+
+    # --- leadership ------------------------------------------------------------------------
+
+    def on_partition_leadership_changes(
+        self, leader_partitions: Iterable[TopicIdPartition], follower_partitions: Iterable[TopicIdPartition]
+    ) -> None:
+        """This instance now copies (leads) ``leader_partitions`` and only reads the others."""
+        with self._lock:
+            leaders, followers = set(leader_partitions), set(follower_partitions)
+            self._leaders = (self._leaders - followers) | leaders
+            self._followers = (self._followers - leaders) | followers
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """This instance no longer handles ``partitions`` (moved away or deleted)."""
+        with self._lock:
+            stopped = set(partitions)
+            self._leaders -= stopped
+            self._followers -= stopped
+
+    @property
+    def leader_partitions(self) -> set[TopicIdPartition]:
+        with self._lock:
+            return set(self._leaders)
+
+    def _segments_with_epoch(
+        self, tp: TopicIdPartition, leader_epoch: int, *, finished_only: bool
+    ) -> list[RemoteLogSegmentMetadata]:
+        state = self._state.partitions.get(tp)
+        if state is None:
+            return []
+        segments = state.finished() if finished_only else state.segments.values()
+        return [s for s in segments if any(epoch == leader_epoch for epoch, _ in s.segment_leader_epochs)]

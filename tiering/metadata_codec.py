@@ -1,0 +1,126 @@
+"""Adapters between ``tiering.model`` values and the metadata-topic records of
+``protocol.metadata_records``, so the metadata manager can speak in model objects while the
+byte layout stays in ``protocol`` (which must not import ``tiering``)."""
+
+from __future__ import annotations
+
+from protocol import metadata_records as mr
+from protocol.errors import ProtocolError
+from tiering.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+
+RemoteLogMetadata = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+
+
+def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
+    return mr.TopicIdPartitionEntry(tp.topic, tp.topic_id, tp.partition)
+
+
+def _tp(entry: mr.TopicIdPartitionEntry) -> TopicIdPartition:
+    return TopicIdPartition(entry.id, entry.name, entry.partition)
+
+
+def _segment_id_entry(segment_id: RemoteLogSegmentId) -> mr.RemoteLogSegmentIdEntry:
+    return mr.RemoteLogSegmentIdEntry(_tp_entry(segment_id.topic_id_partition), segment_id.id)
+
+
+def _segment_id(entry: mr.RemoteLogSegmentIdEntry) -> RemoteLogSegmentId:
+    return RemoteLogSegmentId(_tp(entry.topic_id_partition), entry.id)
+
+
+def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
+    """The protocol record for a model value."""
+    if isinstance(metadata, RemoteLogSegmentMetadata):
+        return mr.RemoteLogSegmentMetadataRecord(
+            remote_log_segment_id=_segment_id_entry(metadata.segment_id),
+            start_offset=metadata.start_offset,
+            end_offset=metadata.end_offset,
+            broker_id=metadata.broker_id,
+            max_timestamp_ms=metadata.max_timestamp_ms,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+            segment_leader_epochs=tuple(
+                mr.SegmentLeaderEpochEntry(epoch, offset) for epoch, offset in metadata.segment_leader_epochs
+            ),
+            segment_size_in_bytes=metadata.segment_size_bytes,
+            custom_metadata=metadata.custom_metadata,
+            remote_log_segment_state=int(metadata.state),
+            txn_index_empty=metadata.tx_index_empty,
+        )
+    if isinstance(metadata, RemoteLogSegmentMetadataUpdate):
+        return mr.RemoteLogSegmentMetadataUpdateRecord(
+            remote_log_segment_id=_segment_id_entry(metadata.segment_id),
+            broker_id=metadata.broker_id,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+            custom_metadata=metadata.custom_metadata,
+            remote_log_segment_state=int(metadata.state),
+        )
+    if isinstance(metadata, RemotePartitionDeleteMetadata):
+        return mr.RemotePartitionDeleteMetadataRecord(
+            topic_id_partition=_tp_entry(metadata.topic_id_partition),
+            broker_id=metadata.broker_id,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+            remote_partition_delete_state=int(metadata.state),
+        )
+    raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
+
+
+def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
+    """The model value for a protocol record. A record that decodes but breaks the model's
+    rules (say, an empty leader-epoch list) raises ProtocolError, as bad bytes do."""
+    try:
+        if isinstance(record, mr.RemoteLogSegmentMetadataRecord):
+            return RemoteLogSegmentMetadata(
+                segment_id=_segment_id(record.remote_log_segment_id),
+                start_offset=record.start_offset,
+                end_offset=record.end_offset,
+                max_timestamp_ms=record.max_timestamp_ms,
+                broker_id=record.broker_id,
+                event_timestamp_ms=record.event_timestamp_ms,
+                segment_size_bytes=record.segment_size_in_bytes,
+                segment_leader_epochs=tuple((e.leader_epoch, e.offset) for e in record.segment_leader_epochs),
+                state=RemoteLogSegmentState(record.remote_log_segment_state),
+                custom_metadata=record.custom_metadata,
+                tx_index_empty=record.txn_index_empty,
+            )
+        if isinstance(record, mr.RemoteLogSegmentMetadataUpdateRecord):
+            return RemoteLogSegmentMetadataUpdate(
+                segment_id=_segment_id(record.remote_log_segment_id),
+                event_timestamp_ms=record.event_timestamp_ms,
+                state=RemoteLogSegmentState(record.remote_log_segment_state),
+                broker_id=record.broker_id,
+                custom_metadata=record.custom_metadata,
+            )
+        if isinstance(record, mr.RemotePartitionDeleteMetadataRecord):
+            return RemotePartitionDeleteMetadata(
+                topic_id_partition=_tp(record.topic_id_partition),
+                state=RemotePartitionDeleteState(record.remote_partition_delete_state),
+                event_timestamp_ms=record.event_timestamp_ms,
+                broker_id=record.broker_id,
+            )
+    except ProtocolError:
+        raise
+    except ValueError as exc:
+        raise ProtocolError(f"{type(record).__name__} is not valid metadata: {exc}") from None
+    raise TypeError(f"not a remote log metadata record: {type(record).__name__}")
+
+
+def serialize(metadata: RemoteLogMetadata) -> bytes:
+    """The metadata-topic record value for a model value."""
+    return mr.encode_record(to_record(metadata))
+
+
+def deserialize(data: bytes | memoryview) -> RemoteLogMetadata:
+    """A model value from a metadata-topic record value; ProtocolError for anything malformed."""
+    return from_record(mr.decode_record(data))
+
+
+def metadata_partition(tp: TopicIdPartition, partitions: int = mr.DEFAULT_METADATA_PARTITIONS) -> int:
+    """The metadata-topic partition that holds ``tp``'s records (Kafka's partitioner rule)."""
+    return mr.metadata_partition_for(tp.topic_id, tp.partition, partitions)
