@@ -63,6 +63,8 @@ class TieringService:
     metadata: RemoteLogMetadataManager
     manager: RemoteLogManager
     data_dir: Path
+    storage_uri: str = ""
+    metadata_uri: str = ""
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, props: Mapping[str, object]) -> TieringService | None:
@@ -79,7 +81,7 @@ class TieringService:
         manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir)
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")
-        return cls(storage, metadata, manager, data_dir)
+        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri)
 
     def start(self) -> None:
         self.manager.start()
