@@ -324,3 +324,53 @@ def test_demo_tiers_and_moves_the_log_start(tmp_path):
     starts = [int(n) for n in re.findall(r"broker log start (\d+)", result.stdout)]
     assert len(starts) == 3 and all(s > 0 for s in starts), result.stdout
     assert any(p.suffix == ".log" for p in (tmp_path / "tiering" / "remote").rglob("*"))
+
+
+def test_remote_retention_by_bytes_expires_oldest_first(noida, tmp_path, unique_name):
+    """Brokers manage local retention; remote.log.retention.bytes bounds the remote tier."""
+    create_tiered_topic(noida.bootstrap, unique_name, partitions=1, **{"segment.bytes": str(16 * 1024)})
+    produce_mixed(noida.bootstrap, unique_name, 30_000, transactions=0)
+    client = BrokerClient(noida.bootstrap)
+    (tp,) = partitions_of(client, unique_name)
+    storage = LocalFolderStorage(tmp_path / "remote")
+    limit = 64 * 1024
+    config = TieringConfig(task_interval_ms=200, remote_retention_bytes=limit)
+    with FileMetadataStore(tmp_path / "metadata") as rlmm:
+        manager = RemoteLogManager(noida.bootstrap, storage, rlmm, config, tmp_path / "data")
+        try:
+            tier_until_caught_up(manager, client, unique_name)
+            manager.run_once()
+        finally:
+            manager.stop()
+        segments = check_contiguous(rlmm, tp, start=rlmm.copied_segments(tp)[0].start_offset)
+        assert segments[0].start_offset > 0  # Rx moved
+        total = sum(s.segment_size_bytes for s in segments)
+        # As Kafka does: the oldest goes while the rest still holds at least the limit.
+        assert total - segments[0].segment_size_bytes < limit, [(s.start_offset, s.segment_size_bytes) for s in segments]
+        assert manager.metrics.deleted_segments >= 3
+        assert segments[-1].end_offset + 1 == direct_log_end(client, tp)
+    assert remote_files(tmp_path, unique_name) == expected_files(storage, segments)
+
+
+def test_total_retention_by_time_expires_remote_segments(tansu, tmp_path, unique_name):
+    """Proxy-managed mode (local.retention.ms set): remote segments expire by retention.ms. Tansu
+    never applies retention itself, so what goes is the proxy's doing."""
+    create_tiered_topic(tansu.bootstrap, unique_name, partitions=1,
+                        **{"segment.bytes": str(16 * 1024), "retention.ms": "4000", "local.retention.ms": "60000"})
+    produce_mixed(tansu.bootstrap, unique_name, 12_000, transactions=0)
+    client = BrokerClient(tansu.bootstrap)
+    (tp,) = partitions_of(client, unique_name)
+    storage = LocalFolderStorage(tmp_path / "remote")
+    with FileMetadataStore(tmp_path / "metadata") as rlmm:
+        manager = RemoteLogManager(tansu.bootstrap, storage, rlmm, FAST, tmp_path / "data")
+        try:
+            tier_until_caught_up(manager, client, unique_name)
+            before = len(rlmm.copied_segments(tp))
+            assert before >= 4
+            assert wait_until(lambda: len(rlmm.copied_segments(tp)) == 1, 30, step=manager.run_once)
+        finally:
+            manager.stop()
+        (last,) = rlmm.copied_segments(tp)  # the newest stays, so the copier's position is known
+        assert last.end_offset + 1 == direct_log_end(client, tp)
+        assert manager.metrics.deleted_segments == before - 1
+    assert remote_files(tmp_path, unique_name) == expected_files(storage, [last])
