@@ -58,6 +58,14 @@ ResponseHook = Callable[[memoryview, int], Awaitable[bytes | bytearray | memoryv
 
 
 @dataclass
+class Forward:
+    """A request hook's decision: send ``frame`` upstream and rewrite the answer with ``hook``."""
+
+    frame: bytes | memoryview
+    hook: ResponseHook
+
+
+@dataclass
 class Pending:
     correlation_id: int
     slot: Slot | None  # None: acks=0 produce, whose broker response (if any) is dropped
@@ -182,6 +190,10 @@ class ClientConnection:
         hook = self.proxy.request_hook(api_key)
         if hook is not None:
             answer = await hook(self, spec, version, corr, view)
+            if isinstance(answer, Forward):
+                self._pending.append(Pending(corr, slot, answer.hook))
+                await self.upstream.write_frame(answer.frame)  # type: ignore[union-attr]
+                return
             if answer is not None:
                 slot.resolve(answer)
                 return

@@ -12,8 +12,9 @@ import trio
 
 from protocol.apis import METADATA, Api, all_apis
 from proxy.config import ProxyConfig
-from proxy.connection import ClientConnection
+from proxy.connection import ClientConnection, Forward
 from proxy.framing import FrameStream
+from proxy.tiered_reads import TieredReads
 from proxy.upstream import (
     BrokerVersions,
     ClusterView,
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A request hook may answer a request itself (returning the response frame) or return None to
-# let it go upstream. Later layers (tiered Fetch/ListOffsets, configs) register hooks.
-RequestHook = Callable[[ClientConnection, Api, int, int, memoryview], Awaitable[bytes | None]]
+# A request hook may answer a request itself (returning the response frame), return None to let
+# it go upstream as it is, or return a Forward: send this frame upstream and pass the broker's
+# answer through this response hook. Tiered Fetch/ListOffsets and configs register hooks.
+RequestHook = Callable[[ClientConnection, Api, int, int, memoryview], Awaitable["bytes | Forward | None"]]
 
 
 @dataclass
@@ -57,7 +59,10 @@ class Proxy:
         self._hooks: dict[int, RequestHook] = {}
         # Proxy-side capability overrides: API key -> highest version the proxy answers itself.
         self.version_overrides: dict[int, tuple[int, int]] = {}
+        # Highest version clients may use, below what the broker offers (e.g. Fetch by topic name).
+        self.version_caps: dict[int, int] = {}
         self.tiering = tiering  # started with the listeners, stopped when the proxy stops
+        self.tiered_reads = TieredReads(self, tiering, config.extra) if tiering is not None else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ class Proxy:
             if key not in versions.ranges:
                 continue
             lo_b, hi_b = versions.ranges[key]
-            lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b)
+            lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b, self.version_caps.get(key, hi_b))
             if lo <= hi:
                 allowed[key] = (lo, hi)
         return allowed

@@ -1,0 +1,182 @@
+"""Reading record batches back from the remote tier, for Fetch and ListOffsets.
+
+``read(tp, offset, max_bytes)`` returns whole batches, as the broker served them, starting with
+the batch that holds ``offset``: the segment comes from the metadata store, the byte position
+from the segment's offset index (then a short forward scan over batch headers), and the bytes
+from ranged reads of the ``.log`` object. At least one batch is returned whatever ``max_bytes``
+says (as Kafka does), and a read that ends a segment inside its budget continues into the next.
+The aborted transactions a ``read_committed`` reader needs come from the transaction indexes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from protocol.records import HEADER_SIZE, decode_records, iter_batches, read_header
+from protocol.remote_formats import AbortedTxn, aborted_in_range, lookup_offset_for_timestamp, lookup_position
+from tiering.metadata import RemoteLogMetadataManager
+from tiering.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+from tiering.storage import RemoteResourceNotFoundError, RemoteStorageManager
+
+# Bytes read past the indexed position in one go when looking for the batch holding an offset;
+# index entries are index.interval.bytes (4 KiB by default) apart, so one read usually suffices.
+_SCAN_CHUNK = 64 * 1024
+
+
+@dataclass
+class RemoteRead:
+    records: bytes
+    next_offset: int  # the offset after the last returned batch
+    aborted: list[AbortedTxn]
+
+
+class IndexCache:
+    """Segment indexes, least recently used first out, bounded in bytes
+    (``remote.log.index.file.cache.total.size.bytes``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[object, IndexType], bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, rsm: RemoteStorageManager, segment: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
+        key = (segment.segment_id, kind)
+        with self._lock:
+            data = self._entries.get(key)
+            if data is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return data
+            self.misses += 1
+        try:
+            data = rsm.fetch_index(segment, kind)
+        except RemoteResourceNotFoundError:
+            if kind != IndexType.TRANSACTION:
+                raise
+            data = b""  # an empty transaction index is not stored
+        with self._lock:
+            if key not in self._entries and len(data) <= self.max_bytes:
+                self._entries[key] = data
+                self._size += len(data)
+                while self._size > self.max_bytes:
+                    _, old = self._entries.popitem(last=False)
+                    self._size -= len(old)
+        return data
+
+
+class RemoteReader:
+    def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                 index_cache_bytes: int = 1 << 30) -> None:
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.indexes = IndexCache(index_cache_bytes)
+
+    def log_start(self, tp: TopicIdPartition) -> int | None:
+        """``Rx``: the first offset the remote tier holds, or None."""
+        segments = self.rlmm.copied_segments(tp)
+        return segments[0].start_offset if segments else None
+
+    def log_end(self, tp: TopicIdPartition) -> int | None:
+        """``Ry``: the last offset the remote tier holds, or None."""
+        segments = self.rlmm.copied_segments(tp)
+        return segments[-1].end_offset if segments else None
+
+    def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *, read_committed: bool = False) -> RemoteRead | None:
+        """Batches from the one holding ``offset``; None when no copied segment holds it."""
+        segment = self.rlmm.segment_for_offset(tp, offset)
+        if segment is None:
+            return None
+        out = bytearray()
+        first_offset = offset
+        while segment is not None:
+            position = self._position(segment, offset)
+            budget = max(max_bytes - len(out), 0)
+            chunk = self._batches(segment, position, offset, budget, must_return_one=not out)
+            out += chunk
+            if chunk:
+                last = _last_offset(chunk)
+                offset = last + 1
+            if offset <= segment.end_offset or len(out) >= max_bytes:
+                break  # the budget ended inside this segment
+            segment = self.rlmm.segment_for_offset(tp, segment.end_offset + 1)
+        aborted = self._aborted(tp, first_offset, offset) if read_committed and out else []
+        return RemoteRead(bytes(out), offset, aborted)
+
+    def _position(self, segment: RemoteLogSegmentMetadata, offset: int) -> int:
+        if offset <= segment.start_offset:
+            return 0
+        index = self.indexes.get(self.rsm, segment, IndexType.OFFSET)
+        return lookup_position(index, segment.start_offset, offset).position
+
+    def _batches(self, segment: RemoteLogSegmentMetadata, position: int, offset: int, budget: int,
+                 *, must_return_one: bool) -> bytes:
+        """Whole batches from ``position`` (skipping those that end before ``offset``)."""
+        size = segment.segment_size_bytes
+        # Skip forward over batches that end before offset, reading headers only.
+        while position < size:
+            header_bytes = self.rsm.fetch_log_segment(segment, position, min(position + HEADER_SIZE, size) - 1)
+            header = read_header(header_bytes, 0)
+            if header.last_offset >= offset:
+                break
+            position += header.size
+        if position >= size:
+            return b""
+        want = max(budget, 0)
+        if must_return_one:
+            header = read_header(self.rsm.fetch_log_segment(segment, position, position + HEADER_SIZE - 1), 0)
+            want = max(want, header.size)
+        if want <= 0:
+            return b""
+        data = self.rsm.fetch_log_segment(segment, position, min(position + want, size) - 1)
+        whole = 0
+        for _, batch in iter_batches(data):
+            whole += len(batch)
+        return data[:whole]
+
+    def _aborted(self, tp: TopicIdPartition, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper): their markers are at or after start,
+        possibly in later segments."""
+        found: list[AbortedTxn] = []
+        for segment in self.rlmm.copied_segments(tp):
+            if segment.end_offset < start or segment.tx_index_empty:
+                continue
+            index = self.indexes.get(self.rsm, segment, IndexType.TRANSACTION)
+            found += aborted_in_range(index, start, upper - 1)
+        return found
+
+    def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp`` in the remote
+        tier, or None when no remote record is that new."""
+        for segment in self.rlmm.copied_segments(tp):
+            if segment.max_timestamp_ms < timestamp:
+                continue
+            time_index = self.indexes.get(self.rsm, segment, IndexType.TIMESTAMP)
+            start = lookup_offset_for_timestamp(time_index, segment.start_offset, timestamp)
+            position = self._position(segment, start if start is not None else segment.start_offset)
+            while position < segment.segment_size_bytes:  # bounded reads, not the whole segment
+                data = self.rsm.fetch_log_segment(segment, position, min(position + _SCAN_CHUNK,
+                                                                          segment.segment_size_bytes) - 1)
+                batches = list(iter_batches(data))
+                if not batches:  # one batch larger than the chunk
+                    size = read_header(data, 0).size
+                    batches = list(iter_batches(self.rsm.fetch_log_segment(segment, position, position + size - 1)))
+                for header, batch in batches:
+                    position += len(batch)
+                    if header.max_timestamp < timestamp or header.is_control:
+                        continue
+                    for record in decode_records(batch):
+                        if record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+        return None
+
+
+def _last_offset(batches: bytes) -> int:
+    last = -1
+    for header, _ in iter_batches(batches):
+        last = header.last_offset
+    return last
+
