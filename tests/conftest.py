@@ -25,12 +25,12 @@ def _broker(kind: str, brokers: dict[str, EmbeddedBroker], tmp_path_factory: pyt
     return brokers[kind]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def noida(_brokers, tmp_path_factory) -> EmbeddedBroker:
     return _broker("noida", _brokers, tmp_path_factory)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tansu(_brokers, tmp_path_factory) -> EmbeddedBroker:
     return _broker("tansu", _brokers, tmp_path_factory)
 
