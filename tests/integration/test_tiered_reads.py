@@ -25,25 +25,27 @@ def history(noida, tmp_path_factory) -> tuple[ProxyProcess, str, dict[int, list[
                                                               "local.retention.bytes": str(64 * 1024)})
     proxy = start_proxy(noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
                         "--set", "remote.log.manager.task.interval.ms=100")
-    expected: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    for codec in COMPRESSIONS:
-        records = []
-        for i in range(PER_CODEC):
-            key = None if i % 10 == 0 else f"{codec}-{i}".encode()
-            rec = Rec(i % PARTITIONS, key, f"{codec}-{i}-".encode() + bytes([i % 251]) * (i % 300))
-            records.append(rec)
-            expected[rec.partition].append((rec.key, rec.value))
-        produce("confluent", proxy.bootstrap, topic, records, compression=codec)
-    client = BrokerClient(noida.bootstrap)
-    leader = client.metadata([topic])[topic].partitions[0].leader
+    try:
+        expected: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(PARTITIONS)}
+        for codec in COMPRESSIONS:
+            records = []
+            for i in range(PER_CODEC):
+                key = None if i % 10 == 0 else f"{codec}-{i}".encode()
+                rec = Rec(i % PARTITIONS, key, f"{codec}-{i}-".encode() + bytes([i % 251]) * (i % 300))
+                records.append(rec)
+                expected[rec.partition].append((rec.key, rec.value))
+            produce("confluent", proxy.bootstrap, topic, records, compression=codec)
+        client = BrokerClient(noida.bootstrap)
+        leader = client.metadata([topic])[topic].partitions[0].leader
 
-    def log_starts() -> dict[int, int]:
-        return {p: client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)}
+        def log_starts() -> dict[int, int]:
+            return {p: client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)}
 
-    # Wait until the brokers keep less than half of each partition.
-    assert wait_until(lambda: all(s > len(expected[p]) // 2 for p, s in log_starts().items()), 90), log_starts()
-    yield proxy, topic, expected, log_starts()
-    proxy.stop()
+        # Wait until the brokers keep less than half of each partition.
+        assert wait_until(lambda: all(s > len(expected[p]) // 2 for p, s in log_starts().items()), 90), log_starts()
+        yield proxy, topic, expected, log_starts()
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
