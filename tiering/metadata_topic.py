@@ -1,0 +1,224 @@
+"""The topic-based remote log metadata store: KIP-405's ``__remote_log_metadata`` topic.
+
+Records (``tiering.metadata_codec``, Kafka's own framing) go to the metadata partition the user
+partition hashes to (Kafka's partitioner rule), with a null key; the topic has 50 partitions and
+``retention.ms=-1`` by default. Every instance consumes all metadata partitions on a background
+thread and applies each record through the one replay path (:meth:`MetadataState.apply`). A write
+is acknowledged by the brokers (acks=all), then waited for until this instance's consumer has
+applied it, so a caller reads its own writes and every record is applied once, in log order.
+
+Per metadata partition a snapshot file (the journal format of ``tiering.metadata_file``: the live
+records of the user partitions that hash there, plus the next offset to read) is written
+atomically every ``snapshot_interval_s`` and on close; a restart loads the snapshots and reads
+only what came after them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from protocol.errors import ProtocolError
+from tiering.metadata import MetadataState, RemoteLogMetadata, RemoteLogMetadataManager
+from tiering.metadata_codec import deserialize, metadata_partition, serialize
+from tiering.metadata_file import _fsync_dir, frame, read_journal
+from tiering.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    TopicIdPartition,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _user_partition(record: RemoteLogMetadata) -> TopicIdPartition:
+    if isinstance(record, RemoteLogSegmentMetadata):
+        return record.topic_id_partition
+    if isinstance(record, RemoteLogSegmentMetadataUpdate):
+        return record.segment_id.topic_id_partition
+    return record.topic_id_partition
+
+
+class TopicMetadataStore(RemoteLogMetadataManager):
+    def __init__(self, bootstrap_servers: str, snapshot_dir: str | os.PathLike[str], *,
+                 topic: str = "__remote_log_metadata", partitions: int = 50, replication_factor: int = 1,
+                 ready_timeout_s: float = 30.0, write_timeout_s: float = 30.0,
+                 snapshot_interval_s: float = 30.0) -> None:
+        super().__init__()
+        self.topic = topic
+        self.partitions_count = partitions
+        self.snapshot_dir = Path(snapshot_dir)
+        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        self.write_timeout_s = write_timeout_s
+        self.snapshot_interval_s = snapshot_interval_s
+        self.records_replayed = 0
+        self._applied = threading.Condition(self._lock)
+        self._positions: dict[int, int] = {}  # metadata partition -> next offset to apply
+        self._ensure_topic(bootstrap_servers, replication_factor)
+        self._load_snapshots()
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0,
+                                       max_block_ms=int(write_timeout_s * 1000))
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
+                                       group_id=None, auto_offset_reset="earliest")
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        self._consumer.assign(assigned)
+        begin = self._consumer.beginning_offsets(assigned)
+        self._ready_at = self._consumer.end_offsets(assigned)
+        for tp in assigned:
+            saved = self._positions.get(tp.partition, 0)
+            if not begin[tp] <= saved <= self._ready_at[tp]:
+                log.warning("snapshot of %s-%d at %d is outside %d..%d (topic recreated?): replaying it all",
+                            topic, tp.partition, saved, begin[tp], self._ready_at[tp])
+                self._reset_partition(tp.partition)
+                saved = begin[tp]
+            self._positions[tp.partition] = saved
+            self._consumer.seek(tp, saved)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._consume, name=f"rlmm-{topic}", daemon=True)
+        self._thread.start()
+        if not self.wait_until_ready(ready_timeout_s):
+            log.warning("metadata topic %s not caught up after %.0fs; reads may be stale", topic, ready_timeout_s)
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def _ensure_topic(self, bootstrap_servers: str, replication_factor: int) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="tiered-proxy-rlmm")
+        try:
+            try:
+                admin.create_topics([NewTopic(self.topic, self.partitions_count, replication_factor,
+                                              topic_configs={"retention.ms": "-1", "cleanup.policy": "delete"})])
+            except TopicAlreadyExistsError:
+                pass
+            described = admin.describe_topics([self.topic])
+            count = len(described[0]["partitions"])
+            if count != self.partitions_count:
+                raise ValueError(f"metadata topic {self.topic} has {count} partitions; configured "
+                                 f"remote.log.metadata.topic.num.partitions is {self.partitions_count}")
+        finally:
+            admin.close()
+
+    def _snapshot_path(self, partition: int) -> Path:
+        return self.snapshot_dir / f"{self.topic}-{partition}.snapshot"
+
+    def _load_snapshots(self) -> None:
+        for path in sorted(self.snapshot_dir.glob(f"{self.topic}-*.snapshot")):
+            partition = int(path.stem.rsplit("-", 1)[1])
+            data = path.read_bytes()
+            head, _, body = data.partition(b"\n")
+            try:
+                position = json.loads(head)["next_offset"]
+            except (ValueError, KeyError):
+                log.warning("snapshot %s unreadable; replaying that partition", path)
+                continue
+            records, _ = read_journal(body)
+            for record in records:
+                self._state.apply(record)
+            self._positions[partition] = position
+
+    def _reset_partition(self, partition: int) -> None:
+        with self._lock:
+            for tp in [tp for tp in self._state.partitions if metadata_partition(tp, self.partitions_count) == partition]:
+                del self._state.partitions[tp]
+
+    # --- the consumer thread -------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        last_snapshot = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                batches = self._consumer.poll(timeout_ms=200, max_records=1000)
+            except Exception:  # the thread must outlive broker hiccups
+                log.exception("metadata topic %s: poll failed", self.topic)
+                self._stop.wait(1)
+                continue
+            with self._applied:
+                for tp, messages in batches.items():
+                    for message in messages:
+                        try:
+                            self._state.apply(deserialize(message.value))
+                            self.records_replayed += 1
+                        except ProtocolError as exc:
+                            log.error("metadata topic %s-%d offset %d unreadable, skipped: %s",
+                                      self.topic, tp.partition, message.offset, exc)
+                        self._positions[tp.partition] = message.offset + 1
+                self._applied.notify_all()
+            if time.monotonic() - last_snapshot >= self.snapshot_interval_s:
+                self.write_snapshots()
+                last_snapshot = time.monotonic()
+
+    def wait_until_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._applied:
+            while not self._caught_up():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._applied.wait(remaining)
+        return True
+
+    def _caught_up(self, partition: int | None = None) -> bool:
+        items = self._ready_at.items() if partition is None else [
+            (tp, end) for tp, end in self._ready_at.items() if tp.partition == partition]
+        return all(self._positions.get(tp.partition, 0) >= end for tp, end in items)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        with self._lock:
+            return self._caught_up(metadata_partition(tp, self.partitions_count))
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def _persist(self, record: RemoteLogMetadata) -> None:
+        partition = metadata_partition(_user_partition(record), self.partitions_count)
+        future = self._producer.send(self.topic, value=serialize(record), partition=partition)
+        # Wait for the ack without holding the lock: the consumer thread needs it to apply.
+        self._lock.release()
+        try:
+            offset = future.get(timeout=self.write_timeout_s).offset
+        finally:
+            self._lock.acquire()
+        deadline = time.monotonic() + self.write_timeout_s
+        while self._positions.get(partition, 0) <= offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"metadata record at {self.topic}-{partition}@{offset} written "
+                                   f"but not read back within {self.write_timeout_s:.0f}s")
+            self._applied.wait(remaining)
+
+    # --- snapshots and close -------------------------------------------------------------------
+
+    def write_snapshots(self) -> None:
+        with self._lock:
+            by_partition: dict[int, list[RemoteLogMetadata]] = {p: [] for p in range(self.partitions_count)}
+            state = MetadataState()
+            state.partitions = self._state.partitions
+            for record in state.snapshot_records():
+                by_partition[metadata_partition(_user_partition(record), self.partitions_count)].append(record)
+            positions = dict(self._positions)
+        for partition, records in by_partition.items():
+            path = self._snapshot_path(partition)
+            temporary = path.with_suffix(".tmp")
+            with open(temporary, "wb") as f:
+                f.write(json.dumps({"next_offset": positions.get(partition, 0)}).encode() + b"\n")
+                for record in records:
+                    f.write(frame(serialize(record)))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        _fsync_dir(self.snapshot_dir)
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(10)
+        self.write_snapshots()
+        self._producer.close(5)
+        self._consumer.close()
