@@ -64,7 +64,7 @@ def read_journal(data: bytes) -> tuple[list[RemoteLogMetadata], int]:
     return records, position
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -118,7 +118,7 @@ class FileMetadataStore(RemoteLogMetadataManager):
                 os.fsync(f.fileno())
             self._file.close()
             os.replace(temporary, self.path)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._file = open(self.path, "ab")  # noqa: SIM115
             self._entries = len(records)
             log.info("metadata store %s compacted to %d records", self.path, len(records))

@@ -29,7 +29,7 @@ from kafka.errors import TopicAlreadyExistsError
 from protocol.errors import ProtocolError
 from tiering.metadata import MetadataState, RemoteLogMetadata, RemoteLogMetadataManager
 from tiering.metadata_codec import deserialize, metadata_partition, serialize
-from tiering.metadata_file import _fsync_dir, frame, read_journal
+from tiering.metadata_file import frame, fsync_dir, read_journal
 from tiering.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -212,7 +212,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temporary, path)
-        _fsync_dir(self.snapshot_dir)
+        fsync_dir(self.snapshot_dir)
 
     def close(self) -> None:
         if self._stop.is_set():

@@ -18,6 +18,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.records import iter_batches
 from proxy.embedded_broker import start_broker
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import start_proxy
@@ -63,8 +64,6 @@ def log_bytes(bootstrap: str) -> tuple[dict[TopicIdPartition, int], int]:
         offset = 0
         while True:
             answer = client.fetch(part.leader, TOPIC, p, offset, max_bytes=16 << 20, read_committed=False)
-            from protocol.records import iter_batches
-
             batches = [(h, len(b)) for h, b in iter_batches(answer.records) if h.last_offset >= offset]
             if not batches:
                 break
