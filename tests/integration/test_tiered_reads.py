@@ -68,7 +68,8 @@ def test_the_broker_itself_no_longer_has_the_start(history, noida):
     for partition in range(PARTITIONS):
         answer = client.fetch(leader, topic, partition, 0, max_bytes=1 << 20, read_committed=False)
         assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-        assert answer.log_start_offset == log_starts[partition] > 0
+        # The proxy keeps tiering and trimming while tests run, so the start only moves forward.
+        assert answer.log_start_offset >= log_starts[partition] > 0
 
 
 def test_list_offsets_earliest_is_the_remote_log_start(history):
