@@ -9,10 +9,10 @@ wait at most ``remote.fetch.max.wait.ms``; a read that does not finish in time a
 partition with no records (the client fetches again), a failed one with KAFKA_STORAGE_ERROR,
 logged and counted as TIERED_STORAGE_NOT_AVAILABLE.
 
-Fetch sessions (KIP-227) are turned off toward the broker for clients of tiered topics: each
-request is sent as a sessionless full fetch, and the answer carries session id 0, which tells
-the client to keep sending full fetches. That way the proxy sees every partition's fetch offset
-in every request. Clients may use Fetch up to v12 (topics by name).
+Fetch sessions (KIP-227) end at the proxy (``proxy/fetch_sessions.py``): clients keep their
+sessions with the proxy, and the broker is sent sessionless full fetches, so the proxy knows
+every partition's fetch offset on every request. Clients may use Fetch up to v12 (topics by
+name).
 
 ListOffsets: EARLIEST (-2) answers ``Rx`` when anything is tiered; a timestamp is looked up in
 the remote time indexes first.
@@ -28,8 +28,16 @@ import trio
 
 from protocol.apis import FETCH, LIST_OFFSETS, Api
 from protocol.errors import ErrorCode
-from protocol.headers import decode_request_header, decode_response_header
+from protocol.headers import decode_request_header, decode_response_header, encode_response_header
 from proxy.connection import ClientConnection, Forward
+from proxy.fetch_sessions import (
+    FINAL_EPOCH,
+    NO_SESSION,
+    FetchContext,
+    FetchSessionCache,
+    FetchSessionError,
+    upstream_topics,
+)
 from tiering.model import TopicIdPartition
 from tiering.reader import RemoteRead, RemoteReader
 from tiering.service import TieringService
@@ -60,6 +68,8 @@ class TieredReads:
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        self.sessions = FetchSessionCache(_int(props, "max.incremental.fetch.session.cache.slots", 1000),
+                                          _int(props, "min.incremental.fetch.session.eviction.ms", 120_000))
         proxy.register_hook(FETCH, self.on_fetch)
         proxy.register_hook(LIST_OFFSETS, self.on_list_offsets)
         proxy.version_caps[FETCH] = FETCH_MAX_VERSION
@@ -76,39 +86,54 @@ class TieredReads:
         if request.get("replica_id", -1) >= 0:
             return None  # replication traffic is the brokers' business
         tiered = self._tiered()
+        context: FetchContext | None = None
+        partitions = [((t["topic"], p["partition"]), p) for t in request["topics"] for p in t["partitions"]]
+        if version >= 7 and (request["session_id"] != NO_SESSION or request["session_epoch"] != FINAL_EPOCH):
+            try:
+                context = self.sessions.context(conn.node_id, request, "topic")
+            except FetchSessionError as e:
+                log.info("client %s: %s: %s", conn.peer, e.code.name, e)
+                return self._fetch_error(spec, version, corr, e.code)
+            partitions = context.partitions
         wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]] = {}
-        for topic in request["topics"]:
-            for p in topic["partitions"]:
-                tp = tiered.get((topic["topic"], p["partition"]))
-                if tp is not None:
-                    wanted[(topic["topic"], p["partition"])] = (tp, p["fetch_offset"], p["partition_max_bytes"])
-        sessions = version >= 7 and (request["session_id"] != 0 or request["session_epoch"] != -1)
-        if not wanted and not (sessions and tiered):
-            return None
+        for (topic, partition), p in partitions:
+            tp = tiered.get((str(topic), partition))
+            if tp is not None:
+                wanted[(tp.topic, partition)] = (tp, p["fetch_offset"], p["partition_max_bytes"])
+        if context is None and not wanted:
+            return None  # a sessionless fetch of untiered partitions passes through untouched
         frame: bytes | memoryview = view
-        if sessions:
-            request["session_id"], request["session_epoch"] = 0, -1
+        if context is not None:
+            # Upstream, every request is a sessionless full fetch of the whole session.
+            request["session_id"], request["session_epoch"] = NO_SESSION, FINAL_EPOCH
             request["forgotten_topics_data"] = []
+            request["topics"] = upstream_topics(partitions, "topic")
             frame = bytes(view[:pos]) + spec.request_codec(version).encode(request)
-        if not wanted:
-            return Forward(frame, _unchanged)
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
 
         async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
-            return await self._rewrite_fetch(spec, version, response_frame, wanted, budget, read_committed)
+            return await self._rewrite_fetch(spec, version, response_frame, wanted, budget, read_committed,
+                                             context)
 
         return Forward(frame, rewrite)
 
+    @staticmethod
+    def _fetch_error(spec: Api, version: int, corr: int, code: ErrorCode) -> bytes:
+        codec = spec.response_codec(version)
+        body = codec.default()
+        body["error_code"] = code
+        return encode_response_header(corr, spec.response_header_version(version)) + codec.encode(body)
+
     async def _rewrite_fetch(self, spec: Api, version: int, frame: memoryview,
                              wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]], budget: int,
-                             read_committed: bool) -> bytes | memoryview:
+                             read_committed: bool, context: FetchContext | None) -> bytes | memoryview:
         _, pos = decode_response_header(frame, spec.response_header_version(version))
         codec = spec.response_codec(version)
         response = codec.decode(frame[pos:])
         if response.get("error_code", 0) != ErrorCode.NONE:
-            return frame
-        changed = False
+            return frame  # session id 0: a client in a session starts over, as after a broker error
+        changed = context is not None
         to_read: list[tuple[dict[str, Any], TopicIdPartition, int, int]] = []
         used = 0
         for topic in response["responses"]:
@@ -166,6 +191,8 @@ class TieredReads:
                     self.remote_fetch_bytes += len(result.records)
         if not changed:
             return frame
+        if context is not None:
+            context.shape_response(response, "topic")
         return bytes(frame[:pos]) + codec.encode(response)
 
     # --- ListOffsets -----------------------------------------------------------------------------
@@ -209,5 +236,3 @@ class TieredReads:
         return Forward(view, rewrite)
 
 
-async def _unchanged(frame: memoryview, _corr: int) -> memoryview:
-    return frame
