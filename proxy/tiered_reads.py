@@ -14,12 +14,15 @@ sessions with the proxy, and the broker is sent sessionless full fetches, so the
 every partition's fetch offset on every request. Clients may use Fetch up to v12 (topics by
 name).
 
-ListOffsets: EARLIEST (-2) answers ``Rx`` when anything is tiered; a timestamp is looked up in
-the remote time indexes first.
+ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
+broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
+broker's log start ``Lx`` (the broker is asked EARLIEST), LATEST_TIERED (-5) ``Ry`` or -1, and
+MAX_TIMESTAMP (-3) and timestamps are looked up in the remote time indexes first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -28,7 +31,12 @@ import trio
 
 from protocol.apis import FETCH, LIST_OFFSETS, Api
 from protocol.errors import ErrorCode
-from protocol.headers import decode_request_header, decode_response_header, encode_response_header
+from protocol.headers import (
+    decode_request_header,
+    decode_response_header,
+    encode_request_header,
+    encode_response_header,
+)
 from proxy.connection import ClientConnection, Forward
 from proxy.fetch_sessions import (
     FINAL_EPOCH,
@@ -48,7 +56,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# ListOffsets' special timestamps.
+LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # the brokers' log start, Lx
+LATEST_TIERED = -5  # the last tiered offset, Ry
+LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
 FETCH_MAX_VERSION = 12  # topic names; v13+ name topics by id
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 
@@ -73,6 +87,7 @@ class TieredReads:
         proxy.register_hook(FETCH, self.on_fetch)
         proxy.register_hook(LIST_OFFSETS, self.on_list_offsets)
         proxy.version_caps[FETCH] = FETCH_MAX_VERSION
+        proxy.version_overrides[LIST_OFFSETS] = (1, LIST_OFFSETS_MAX_VERSION)
 
     def _tiered(self) -> dict[tuple[str, int], TopicIdPartition]:
         return {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.partitions()}
@@ -135,6 +150,7 @@ class TieredReads:
             return frame  # session id 0: a client in a session starts over, as after a broker error
         changed = context is not None
         to_read: list[tuple[dict[str, Any], TopicIdPartition, int, int]] = []
+        to_clean: list[tuple[TopicIdPartition, int, dict[str, Any]]] = []
         used = 0
         for topic in response["responses"]:
             for p in topic["partitions"]:
@@ -150,10 +166,18 @@ class TieredReads:
                 if (p["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and rx <= offset <= ry
                         and (log_start < 0 or offset < log_start)):
                     to_read.append((p, tp, offset, partition_max))
+                elif read_committed and p["error_code"] == ErrorCode.NONE and p.get("aborted_transactions"):
+                    to_clean.append((tp, offset, p))
                 if version >= 5 and p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) \
                         and log_start > rx:
                     p["log_start_offset"] = rx
                     changed = True
+        if to_clean:
+            try:
+                changed |= await trio.to_thread.run_sync(
+                    lambda: any([self._drop_ended_transactions(*entry) for entry in to_clean]), limiter=self.limiter)
+            except RemoteStorageError as exc:
+                log.warning("TIERED_STORAGE_NOT_AVAILABLE: transaction indexes of %s: %s", to_clean[0][0], exc)
         if to_read:
             share = max((budget - used) // len(to_read), 0)
             results: dict[int, RemoteRead | BaseException | None] = {}
@@ -195,44 +219,93 @@ class TieredReads:
             context.shape_response(response, "topic")
         return bytes(frame[:pos]) + codec.encode(response)
 
+    def _drop_ended_transactions(self, tp: TopicIdPartition, offset: int, p: dict[str, Any]) -> bool:
+        """Remove from a broker's answer the aborted transactions that ended before the fetch
+        offset. Kafka never lists them, but noida-db lists every aborted transaction of the
+        partition, and a consumer then skips the committed transactions of the same producer
+        that follow. The remote transaction indexes say which ones ended; True if any was dropped."""
+        ended = self.reader.aborted_before(tp, offset)
+        kept = [t for t in p["aborted_transactions"] if (t["producer_id"], t["first_offset"]) not in ended]
+        if len(kept) == len(p["aborted_transactions"]):
+            return False
+        p["aborted_transactions"] = kept
+        return True
+
     # --- ListOffsets -----------------------------------------------------------------------------
 
     async def on_list_offsets(self, conn: ClientConnection, spec: Api, version: int, corr: int,
                               view: memoryview) -> bytes | Forward | None:
         if version < 1:
             return None
-        _, pos = decode_request_header(view, spec.request_header_version(version))
+        header, pos = decode_request_header(view, spec.request_header_version(version))
         request = spec.request_codec(version).decode(view[pos:])
+        assert conn.versions is not None
+        broker_max = conn.versions.ranges.get(LIST_OFFSETS, (0, 0))[1]
+        upstream_version = min(version, broker_max)
         tiered = self._tiered()
-        asked = {(t["name"], p["partition_index"]): p["timestamp"]
-                 for t in request["topics"] for p in t["partitions"] if (t["name"], p["partition_index"]) in tiered}
-        if not asked:
+        asked: dict[tuple[str, int], int] = {}
+        for t in request["topics"]:
+            for p in t["partitions"]:
+                key, timestamp = (t["name"], p["partition_index"]), p["timestamp"]
+                if key in tiered or timestamp in (EARLIEST_LOCAL, LATEST_TIERED):
+                    asked[key] = timestamp
+                # The broker is asked what it can answer; the proxy fills in the rest.
+                if timestamp == EARLIEST_LOCAL:
+                    p["timestamp"] = EARLIEST
+                elif timestamp == LATEST_TIERED:
+                    p["timestamp"] = LATEST
+        if not asked and upstream_version == version:
             return None
+        frame: bytes | memoryview = view
+        if upstream_version != version or any(t in (EARLIEST_LOCAL, LATEST_TIERED) for t in asked.values()):
+            header = dataclasses.replace(header, api_version=upstream_version)
+            frame = (encode_request_header(header, spec.request_header_version(upstream_version))
+                     + spec.request_codec(upstream_version).encode(request))
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
-            _, rpos = decode_response_header(frame, spec.response_header_version(version))
-            codec = spec.response_codec(version)
-            response = codec.decode(frame[rpos:])
-            changed = False
+        async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
+            _, rpos = decode_response_header(response_frame, spec.response_header_version(upstream_version))
+            response = spec.response_codec(upstream_version).decode(response_frame[rpos:])
+            changed = upstream_version != version
             for t in response["topics"]:
                 for p in t["partitions"]:
                     key = (t["name"], p["partition_index"])
-                    if key not in asked or p["error_code"] != ErrorCode.NONE:
-                        continue
-                    tp, timestamp = tiered[key], asked[key]
-                    if timestamp == EARLIEST:
-                        rx = self.reader.log_start(tp)
-                        if rx is not None and (p["offset"] < 0 or rx < p["offset"]):
-                            p["offset"], p["timestamp"] = rx, -1
-                            changed = True
-                    elif timestamp >= 0:
-                        found = await trio.to_thread.run_sync(self.reader.offset_for_timestamp, tp, timestamp,
-                                                              limiter=self.limiter)
-                        if found is not None and (p["offset"] < 0 or found[0] < p["offset"]):
-                            p["offset"], p["timestamp"] = found
-                            changed = True
-            return bytes(frame[:rpos]) + codec.encode(response) if changed else frame
+                    if key in asked and p["error_code"] == ErrorCode.NONE:
+                        changed |= await self._answer_offset(tiered.get(key), asked[key], p)
+            if not changed:
+                return response_frame
+            return (encode_response_header(corr, spec.response_header_version(version))
+                    + spec.response_codec(version).encode(response))
 
-        return Forward(view, rewrite)
+        return Forward(frame, rewrite)
 
-
+    async def _answer_offset(self, tp: TopicIdPartition | None, timestamp: int, p: dict[str, Any]) -> bool:
+        """Fill one partition's ListOffsets answer from both tiers; True if it changed. The
+        broker was asked EARLIEST for EARLIEST_LOCAL and LATEST for LATEST_TIERED."""
+        if timestamp == EARLIEST_LOCAL:
+            return True  # the broker's log start is Lx
+        if timestamp == LATEST_TIERED:
+            ry = self.reader.log_end(tp) if tp is not None else None
+            p["offset"], p["timestamp"] = (ry, -1) if ry is not None else (-1, -1)
+            p["leader_epoch"] = self.reader.leader_epoch_of(tp, ry) if tp is not None and ry is not None else -1
+            return True
+        if tp is None:
+            return False
+        if timestamp == EARLIEST:
+            rx = self.reader.log_start(tp)
+            if rx is None or not (p["offset"] < 0 or rx < p["offset"]):
+                return False
+            p["offset"], p["timestamp"], p["leader_epoch"] = rx, -1, self.reader.leader_epoch_of(tp, rx)
+            return True
+        if timestamp == MAX_TIMESTAMP:
+            remote_max = self.reader.max_timestamp(tp)
+            if remote_max is None or remote_max < p["timestamp"]:
+                return False
+            timestamp = remote_max  # the first record carrying it, which is in the remote tier
+        elif timestamp < 0:
+            return False
+        found = await trio.to_thread.run_sync(self.reader.offset_for_timestamp, tp, timestamp, limiter=self.limiter)
+        if found is None or not (p["offset"] < 0 or found[0] < p["offset"]):
+            return False
+        p["offset"], p["timestamp"] = found
+        p["leader_epoch"] = self.reader.leader_epoch_of(tp, found[0])
+        return True

@@ -158,6 +158,120 @@ async def _aio_consume(bootstrap: str, topic: str, partitions: int, expected: in
     return dict(out)
 
 
+# -- consume every field ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def _headers(raw: object) -> tuple[tuple[str, bytes], ...]:
+    return tuple((k, bytes(v) if v is not None else b"") for k, v in (raw or ()))  # type: ignore[attr-defined]
+
+
+def consume_records(client: str, bootstrap: str, topic: str, partitions: int, expected: int, *,
+                    isolation: str = "read_committed", timeout: float = 180) -> dict[int, list[Record]]:
+    """Every field of ``expected`` records from offset 0 of every partition, by assignment."""
+    out: dict[int, list[Record]] = defaultdict(list)
+    deadline = time.monotonic() + timeout
+    got = 0
+    if client == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                 auto_offset_reset="earliest", isolation_level=isolation)
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        try:
+            while got < expected and time.monotonic() < deadline:
+                for tp, msgs in consumer.poll(timeout_ms=500, max_records=10_000).items():
+                    for m in msgs:
+                        out[tp.partition].append(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)))
+                        got += 1
+        finally:
+            consumer.close()
+    elif client == "aiokafka":
+        out.update(asyncio.run(_aio_consume_records(bootstrap, topic, partitions, expected, isolation, deadline)))
+    elif client == "confluent":
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"unused-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False, "isolation.level": isolation})
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        try:
+            while got < expected and time.monotonic() < deadline:
+                for m in consumer.consume(10_000, 0.5):
+                    if m.error() is not None:
+                        raise AssertionError(f"confluent consumer error: {m.error()}")
+                    out[m.partition()].append(Record(m.offset(), m.timestamp()[1], m.key(), m.value(),
+                                                     _headers(m.headers())))
+                    got += 1
+        finally:
+            consumer.close()
+    else:
+        raise ValueError(client)
+    return dict(out)
+
+
+async def _aio_consume_records(bootstrap: str, topic: str, partitions: int, expected: int, isolation: str,
+                               deadline: float) -> dict[int, list[Record]]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", isolation_level=isolation)
+    await consumer.start()
+    out: dict[int, list[Record]] = defaultdict(list)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        got = 0
+        while got < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    out[tp.partition].append(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)))
+                    got += 1
+    finally:
+        await consumer.stop()
+    return dict(out)
+
+
+def read_to_end(bootstrap: str, topic: str, partitions: int, *, isolation: str = "read_committed",
+                timeout: float = 120) -> dict[int, list[Record]]:
+    """Every record of every partition up to its end (last stable offset for read_committed),
+    with confluent-kafka, which reports the end of each partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"unused-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                        continue
+                    raise AssertionError(f"confluent consumer error: {m.error()}")
+                at_end.discard(m.partition())
+                out[m.partition()].append(Record(m.offset(), m.timestamp()[1], m.key(), m.value(),
+                                                 _headers(m.headers())))
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, f"only partitions {sorted(at_end)} reached their end in {timeout}s"
+    return out
+
+
 # -- consumer groups ------------------------------------------------------------------------------
 
 

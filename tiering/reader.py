@@ -15,7 +15,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from protocol.records import HEADER_SIZE, decode_records, iter_batches, read_header
-from protocol.remote_formats import AbortedTxn, aborted_in_range, lookup_offset_for_timestamp, lookup_position
+from protocol.remote_formats import (
+    AbortedTxn,
+    aborted_in_range,
+    decode_transaction_index,
+    lookup_offset_for_timestamp,
+    lookup_position,
+)
 from tiering.metadata import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage import RemoteResourceNotFoundError, RemoteStorageManager
@@ -85,6 +91,22 @@ class RemoteReader:
         segments = self.rlmm.copied_segments(tp)
         return segments[-1].end_offset if segments else None
 
+    def leader_epoch_of(self, tp: TopicIdPartition, offset: int) -> int:
+        """The leader epoch of the record at ``offset`` in the remote tier, -1 if not there."""
+        segment = self.rlmm.segment_for_offset(tp, offset)
+        if segment is None:
+            return -1
+        epoch = -1
+        for e, start in segment.segment_leader_epochs:
+            if start <= offset:
+                epoch = e
+        return epoch
+
+    def max_timestamp(self, tp: TopicIdPartition) -> int | None:
+        """The largest record timestamp in the remote tier, or None."""
+        segments = self.rlmm.copied_segments(tp)
+        return max(s.max_timestamp_ms for s in segments) if segments else None
+
     def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *, read_committed: bool = False) -> RemoteRead | None:
         """Batches from the one holding ``offset``; None when no copied segment holds it."""
         segment = self.rlmm.segment_for_offset(tp, offset)
@@ -147,6 +169,19 @@ class RemoteReader:
             index = self.indexes.get(self.rsm, segment, IndexType.TRANSACTION)
             found += aborted_in_range(index, start, upper - 1)
         return found
+
+    def aborted_before(self, tp: TopicIdPartition, offset: int) -> set[tuple[int, int]]:
+        """(producer id, first offset) of the tiered aborted transactions whose abort marker is
+        below ``offset``: a fetch from ``offset`` must not be told about them."""
+        ended: set[tuple[int, int]] = set()
+        for segment in self.rlmm.copied_segments(tp):
+            if segment.start_offset >= offset:
+                break
+            if segment.tx_index_empty:
+                continue
+            index = self.indexes.get(self.rsm, segment, IndexType.TRANSACTION)
+            ended.update((t.producer_id, t.first_offset) for t in decode_transaction_index(index) if t.last_offset < offset)
+        return ended
 
     def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` in the remote

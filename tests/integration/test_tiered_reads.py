@@ -1,40 +1,70 @@
 """Consumers read a topic's whole history through the proxy after the brokers' log start has moved
-past most of it: the old part comes from the remote tier, the rest from the broker."""
+past most of it: the old part comes from the remote tier, the rest from the broker.
+
+The truth every check compares with is the broker's own answer, read directly (confluent-kafka)
+before the proxy starts and before anything leaves the broker."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
+from protocol.apis import LIST_OFFSETS
 from protocol.errors import ErrorCode
-from tests.clients import CLIENTS, COMPRESSIONS, Rec, consume_all, produce
+from tests.clients import CLIENTS, Record, consume_records, read_to_end
 from tests.proxy_process import ProxyProcess, start_proxy
-from tests.tiering_checks import create_tiered_topic, wait_until
-from tiering.broker_client import EARLIEST, BrokerClient
+from tests.raw import RawClient
+from tests.tiering_checks import create_tiered_topic, produce_mixed, wait_until
+from tiering.broker_client import EARLIEST, LATEST, BrokerClient
+from tiering.metadata import MetadataState
+from tiering.metadata_file import JOURNAL_NAME, read_journal
 
-PER_CODEC = 6_000
+MESSAGES = 300_000
 PARTITIONS = 3
 
 
+@dataclass
+class History:
+    proxy: ProxyProcess
+    topic: str
+    committed: dict[int, list[Record]]  # what a read_committed consumer reads from the broker
+    everything: dict[int, list[Record]]  # read_uncommitted: aborted records too
+    log_starts: dict[int, int]  # the broker's log start once the fixture was ready
+    journal: Path  # the proxy's remote log metadata
+
+    def remote_range(self, partition: int) -> tuple[int, int] | None:
+        """(Rx, Ry) of a partition, from the proxy's metadata journal."""
+        state = MetadataState()
+        for record in read_journal(self.journal.read_bytes())[0]:
+            state.apply(record)
+        for tp in state.partitions:
+            if tp.topic == self.topic and tp.partition == partition:
+                segments = state.finished(tp)
+                return (segments[0].start_offset, segments[-1].end_offset) if segments else None
+        return None
+
+
 @pytest.fixture(scope="module")
-def history(noida, tmp_path_factory) -> tuple[ProxyProcess, str, dict[int, list[tuple[bytes | None, bytes]]], dict]:
-    """A tiered topic whose broker log start has moved past most of its history (noida-db, local
-    retention run by the proxy), and the proxy that tiered it."""
+def history(noida, tmp_path_factory) -> History:
+    """300k messages (keys, headers, five codecs, ten transactions of which three aborted) in a
+    3-partition tiered topic on noida-db, whose log start the proxy has then moved past more than
+    half of each partition (local retention run by the proxy)."""
     work = tmp_path_factory.mktemp("tiered-reads")
     topic = f"history-{work.name}"
-    create_tiered_topic(noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(32 * 1024),
-                                                              "local.retention.bytes": str(64 * 1024)})
+    create_tiered_topic(noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024),
+                                                              "local.retention.bytes": str(512 * 1024)})
+    workload = produce_mixed(noida.bootstrap, topic, MESSAGES, transactions=10, transaction_size=3000)
+    assert workload.aborted_messages > 0
+    committed = read_to_end(noida.bootstrap, topic, PARTITIONS)
+    everything = read_to_end(noida.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
+    assert sum(map(len, everything.values())) == MESSAGES
+    assert sum(map(len, committed.values())) == MESSAGES - workload.aborted_messages
+
     proxy = start_proxy(noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
                         "--set", "remote.log.manager.task.interval.ms=100")
     try:
-        expected: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(PARTITIONS)}
-        for codec in COMPRESSIONS:
-            records = []
-            for i in range(PER_CODEC):
-                key = None if i % 10 == 0 else f"{codec}-{i}".encode()
-                rec = Rec(i % PARTITIONS, key, f"{codec}-{i}-".encode() + bytes([i % 251]) * (i % 300))
-                records.append(rec)
-                expected[rec.partition].append((rec.key, rec.value))
-            produce("confluent", proxy.bootstrap, topic, records, compression=codec)
         client = BrokerClient(noida.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
 
@@ -42,45 +72,131 @@ def history(noida, tmp_path_factory) -> tuple[ProxyProcess, str, dict[int, list[
             return {p: client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)}
 
         # Wait until the brokers keep less than half of each partition.
-        assert wait_until(lambda: all(s > len(expected[p]) // 2 for p, s in log_starts().items()), 90), log_starts()
-        yield proxy, topic, expected, log_starts()
+        assert wait_until(lambda: all(s > len(everything[p]) // 2 for p, s in log_starts().items()), 120), \
+            log_starts()
+        yield History(proxy, topic, committed, everything, log_starts(), work / "data" / "metadata" / JOURNAL_NAME)
     finally:
         proxy.stop()
 
 
+def _same(got: dict[int, list[Record]], want: dict[int, list[Record]]) -> None:
+    for partition, records in want.items():
+        mine = got.get(partition, [])
+        missing = sorted({r.offset for r in records} - {r.offset for r in mine})
+        extra = sorted({r.offset for r in mine} - {r.offset for r in records})
+        assert len(mine) == len(records), (
+            f"partition {partition}: {len(mine)} records, want {len(records)}; "
+            f"missing {len(missing)} {missing[:3]}..{missing[-3:]}, unexpected {len(extra)} {extra[:3]}..{extra[-3:]}")
+        for a, b in zip(mine, records, strict=True):
+            assert a == b, f"partition {partition} offset {b.offset}: got {a}"
+
+
 @pytest.mark.parametrize("client", CLIENTS)
-def test_consumers_read_the_whole_history_through_the_proxy(history, client):
-    proxy, topic, expected, log_starts = history
-    total = sum(len(v) for v in expected.values())
-    consumed = consume_all(client, proxy.bootstrap, topic, PARTITIONS, total, timeout=120)
-    for partition, records in expected.items():
-        got = consumed.get(partition, [])
-        assert [o for o, _, _ in got] == list(range(len(records))), f"partition {partition}: offsets not 0..n-1"
-        assert [(k, v) for _, k, v in got] == records, f"partition {partition}: content differs"
-        assert log_starts[partition] > 0
+def test_read_committed_consumers_read_the_whole_history(history, client):
+    total = sum(len(v) for v in history.committed.values())
+    got = consume_records(client, history.proxy.bootstrap, history.topic, PARTITIONS, total)
+    _same(got, history.committed)
+    assert all(not r.value.startswith(b"tx") or r.value.split(b"-")[0] not in (b"tx2", b"tx5", b"tx8")
+               for records in got.values() for r in records), "an aborted record reached a read_committed consumer"
+
+
+def test_read_uncommitted_consumer_sees_aborted_records_too(history):
+    total = sum(len(v) for v in history.everything.values())
+    got = consume_records("confluent", history.proxy.bootstrap, history.topic, PARTITIONS, total,
+                          isolation="read_uncommitted")
+    _same(got, history.everything)
 
 
 def test_the_broker_itself_no_longer_has_the_start(history, noida):
-    """What makes the test above meaningful: offset 0 is gone from the broker."""
-    _, topic, _, log_starts = history
+    """What makes the tests above meaningful: offset 0 is gone from the broker."""
     client = BrokerClient(noida.bootstrap)
-    leader = client.metadata([topic])[topic].partitions[0].leader
+    leader = client.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
-        answer = client.fetch(leader, topic, partition, 0, max_bytes=1 << 20, read_committed=False)
+        answer = client.fetch(leader, history.topic, partition, 0, max_bytes=1 << 20, read_committed=False)
         assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         # The proxy keeps tiering and trimming while tests run, so the start only moves forward.
-        assert answer.log_start_offset >= log_starts[partition] > 0
+        assert answer.log_start_offset >= history.log_starts[partition] > 0
 
 
-def test_list_offsets_earliest_is_the_remote_log_start(history):
+def _list_offsets(proxy: ProxyProcess, topic: str, version: int, timestamps: dict[int, int]) -> dict[int, tuple]:
+    client = RawClient(proxy.bootstrap)
+    try:
+        answer = client.request(LIST_OFFSETS, version, {
+            "replica_id": -1, "isolation_level": 0, "timeout_ms": 5000,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": t} for p, t in timestamps.items()]}]})
+    finally:
+        client.close()
+    (result,) = answer["topics"]
+    return {p["partition_index"]: (p["error_code"], p["offset"], p["timestamp"], p["leader_epoch"])
+            for p in result["partitions"]}
+
+
+@pytest.mark.parametrize("version", [8, 10])
+def test_list_offsets_special_timestamps(history, noida, version):
+    """-2 is Rx (0 here), -4 the broker's own log start Lx, -5 the last tiered offset Ry, -1 the end;
+    v10 is answered although noida-db stops at v8 (the proxy translates)."""
+    broker = BrokerClient(noida.bootstrap)
+    leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
+    for partition in range(PARTITIONS):
+        ranges_before = history.remote_range(partition)
+        lx_before = broker.list_offset(leader, history.topic, partition, EARLIEST)[1]
+        got = {t: _list_offsets(history.proxy, history.topic, version, {partition: t})[partition]
+               for t in (-1, -2, -4, -5)}
+        lx_after = broker.list_offset(leader, history.topic, partition, EARLIEST)[1]
+        ranges_after = history.remote_range(partition)
+        assert all(error == ErrorCode.NONE for error, *_ in got.values()), got
+        assert got[-2][1] == 0
+        assert lx_before <= got[-4][1] <= lx_after and got[-4][1] > 0
+        assert ranges_before is not None and ranges_after is not None
+        assert ranges_before[1] <= got[-5][1] <= ranges_after[1]
+        assert got[-5][1] >= got[-4][1] - 1  # nothing left the broker before it was tiered
+        assert got[-1][1] == broker.list_offset(leader, history.topic, partition, LATEST)[1]
+
+
+def test_list_offsets_latest_tiered_without_tiered_data_is_minus_one(history, noida, unique_name):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=history.proxy.bootstrap)
+    admin.create_topics([NewTopic(unique_name, 1, 1)])
+    admin.close()
+    got = _list_offsets(history.proxy, unique_name, 10, {0: -5})[0]
+    assert got[:2] == (ErrorCode.NONE, -1)
+    assert _list_offsets(history.proxy, unique_name, 10, {0: -4})[0][:2] == (ErrorCode.NONE, 0)
+
+
+def test_seek_by_timestamp_into_the_remote_range(history):
+    """offsets_for_times through the proxy lands on the first record at or after the timestamp,
+    for timestamps whose records left the broker long ago."""
     from kafka import KafkaConsumer, TopicPartition
 
-    proxy, topic, expected, log_starts = history
-    consumer = KafkaConsumer(bootstrap_servers=proxy.bootstrap)
+    consumer = KafkaConsumer(bootstrap_servers=history.proxy.bootstrap)
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        for partition in range(PARTITIONS):
+            records = history.everything[partition]
+            lx = history.log_starts[partition]
+            for target in (records[1].timestamp, records[lx // 3].timestamp, records[lx // 2].timestamp + 1):
+                want = next(r.offset for r in records if r.timestamp >= target)
+                assert want < lx  # the answer is in the remote tier
+                tp = TopicPartition(history.topic, partition)
+                found = consumer.offsets_for_times({tp: target})[tp]
+                assert found is not None and (found.offset, found.timestamp) == (
+                    want, next(r.timestamp for r in records if r.offset == want)), (partition, target)
+    finally:
+        consumer.close()
+
+
+def test_list_offsets_earliest_and_latest_through_a_client(history, noida):
+    from kafka import KafkaConsumer, TopicPartition
+
+    broker = BrokerClient(noida.bootstrap)
+    leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
+    consumer = KafkaConsumer(bootstrap_servers=history.proxy.bootstrap)
+    try:
+        tps = [TopicPartition(history.topic, p) for p in range(PARTITIONS)]
         assert consumer.beginning_offsets(tps) == {tp: 0 for tp in tps}
         ends = consumer.end_offsets(tps)
-        assert ends == {TopicPartition(topic, p): len(v) for p, v in expected.items()}
+        assert ends == {tp: broker.list_offset(leader, history.topic, tp.partition, LATEST)[1] for tp in tps}
     finally:
         consumer.close()
