@@ -5,9 +5,12 @@ for a partition the broker answers OFFSET_OUT_OF_RANGE at an offset ``o`` with `
 and ``o`` below the broker's log start, the answer is replaced by batches from the remote tier,
 and every tiered partition's ``LogStartOffset`` becomes ``Rx``. Remote reads of one request run in
 parallel on worker threads (at most ``remote.log.reader.threads`` at once across the proxy) and
-wait at most ``remote.fetch.max.wait.ms``; a read that does not finish in time answers that
-partition with no records (the client fetches again), a failed one with KAFKA_STORAGE_ERROR,
-logged and counted as TIERED_STORAGE_NOT_AVAILABLE.
+wait at most ``remote.fetch.max.wait.ms``. A read that fails or does not finish in time is
+logged and counted as TIERED_STORAGE_NOT_AVAILABLE and answers that partition with
+KAFKA_STORAGE_ERROR (56): kafka-python, aiokafka and confluent-kafka all retry it at the same
+position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), what Kafka itself
+sends, was tried the same way: kafka-python raises it to the application, which then stops
+consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
 Fetch sessions (KIP-227) end at the proxy (``proxy/fetch_sessions.py``): clients keep their
 sessions with the proxy, and the broker is sent sessionless full fetches, so the proxy knows
@@ -64,6 +67,7 @@ EARLIEST_LOCAL = -4  # the brokers' log start, Lx
 LATEST_TIERED = -5  # the last tiered offset, Ry
 LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
 FETCH_MAX_VERSION = 12  # topic names; v13+ name topics by id
+# The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 
 
@@ -82,6 +86,8 @@ class TieredReads:
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        self.not_available_code = ErrorCode(_int(props, "proxy.tiered.storage.not.available.error.code",
+                                                 TIERED_STORAGE_NOT_AVAILABLE_CODE))
         self.sessions = FetchSessionCache(_int(props, "max.incremental.fetch.session.cache.slots", 1000),
                                           _int(props, "min.incremental.fetch.session.eviction.ms", 120_000))
         proxy.register_hook(FETCH, self.on_fetch)
@@ -195,24 +201,26 @@ class TieredReads:
                     for i, (_, tp, offset, partition_max) in enumerate(to_read):
                         nursery.start_soon(read_one, i, tp, offset, min(partition_max, share))
             for i, (p, tp, offset, _) in enumerate(to_read):
-                result = results.get(i)
                 changed = True
+                if i not in results:
+                    results[i] = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
+                result = results[i]
                 if isinstance(result, BaseException):
                     self.not_available += 1
                     log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading %s at %d: %s", tp, offset, result)
-                    p["error_code"], p["records"] = TIERED_STORAGE_NOT_AVAILABLE_CODE, None
+                    # Empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1").
+                    p["error_code"], p["records"] = self.not_available_code, b""
                     continue
+                if result is None:
+                    continue  # deleted since: the broker's OFFSET_OUT_OF_RANGE stands
                 p["error_code"] = ErrorCode.NONE
-                p["records"] = result.records if result is not None else b""
+                p["records"] = result.records
                 if version >= 4:
                     p["aborted_transactions"] = [
                         {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in result.aborted
-                    ] if result is not None and read_committed else ([] if read_committed else None)
-                if result is None:
-                    log.info("remote read of %s at %d did not finish in %.1fs", tp, offset, self.max_wait_s)
-                else:
-                    self.remote_fetches += 1
-                    self.remote_fetch_bytes += len(result.records)
+                    ] if read_committed else None
+                self.remote_fetches += 1
+                self.remote_fetch_bytes += len(result.records)
         if not changed:
             return frame
         if context is not None:
