@@ -96,6 +96,8 @@ class Proxy:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
+                if self.tiered_reads is not None:
+                    self.tiered_reads.close()
                 if self.tiering is not None:
                     await trio.to_thread.run_sync(self.tiering.stop)
 

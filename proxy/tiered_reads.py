@@ -12,6 +12,10 @@ position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), w
 sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
+With ``proxy.fetch.routing.policy=remote-preferred`` every fetch offset the remote tier holds
+(``Rx <= o <= Ry``) is served from it, keeping cold reads off the brokers' disks; the broker is
+still asked for the partition (at an offset no log has) so that it authorizes the read.
+
 Fetch sessions (KIP-227) end at the proxy (``proxy/fetch_sessions.py``): clients keep their
 sessions with the proxy, and the broker is sent sessionless full fetches, so the proxy knows
 every partition's fetch offset on every request. Clients may use Fetch up to v12 (topics by
@@ -67,6 +71,8 @@ EARLIEST_LOCAL = -4  # the brokers' log start, Lx
 LATEST_TIERED = -5  # the last tiered offset, Ry
 LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
 FETCH_MAX_VERSION = 12  # topic names; v13+ name topics by id
+# A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
+_NO_SUCH_OFFSET = 1 << 62
 # The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 
@@ -80,12 +86,19 @@ class TieredReads:
     def __init__(self, proxy: Proxy, tiering: TieringService, props: Mapping[str, str]) -> None:
         self.tiering = tiering
         self.reader = RemoteReader(tiering.metadata, tiering.storage,
-                                   _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30))
+                                   _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
+                                   chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 128 << 20),
+                                   chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
+                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 2))
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        policy = props.get("proxy.fetch.routing.policy", "broker-first")
+        if policy not in ("broker-first", "remote-preferred"):
+            raise ValueError(f"proxy.fetch.routing.policy must be broker-first or remote-preferred, not {policy!r}")
+        self.remote_preferred = policy == "remote-preferred"
         self.not_available_code = ErrorCode(_int(props, "proxy.tiered.storage.not.available.error.code",
                                                  TIERED_STORAGE_NOT_AVAILABLE_CODE))
         self.sessions = FetchSessionCache(_int(props, "max.incremental.fetch.session.cache.slots", 1000),
@@ -94,6 +107,17 @@ class TieredReads:
         proxy.register_hook(LIST_OFFSETS, self.on_list_offsets)
         proxy.version_caps[FETCH] = FETCH_MAX_VERSION
         proxy.version_overrides[LIST_OFFSETS] = (1, LIST_OFFSETS_MAX_VERSION)
+
+    def stats(self) -> str:
+        chunks = self.reader.chunks
+        cache = (f", chunk cache hits {chunks.hits} misses {chunks.misses} (hit ratio {chunks.hit_ratio:.3f}), "
+                 f"prefetched {chunks.prefetches}") if chunks is not None else ""
+        return (f"remote fetches {self.remote_fetches}, remote fetch bytes {self.remote_fetch_bytes}, "
+                f"tiered storage not available {self.not_available}{cache}")
+
+    def close(self) -> None:
+        log.info("tiered reads: %s", self.stats())
+        self.reader.close()
 
     def _tiered(self) -> dict[tuple[str, int], TopicIdPartition]:
         return {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.partitions()}
@@ -117,27 +141,38 @@ class TieredReads:
                 return self._fetch_error(spec, version, corr, e.code)
             partitions = context.partitions
         wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]] = {}
+        preferred: set[tuple[str, int]] = set()
         for (topic, partition), p in partitions:
             tp = tiered.get((str(topic), partition))
             if tp is not None:
                 wanted[(tp.topic, partition)] = (tp, p["fetch_offset"], p["partition_max_bytes"])
+                if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]):
+                    preferred.add((tp.topic, partition))
         if context is None and not wanted:
             return None  # a sessionless fetch of untiered partitions passes through untouched
         frame: bytes | memoryview = view
-        if context is not None:
-            # Upstream, every request is a sessionless full fetch of the whole session.
+        if context is not None or preferred:
+            # Upstream, every request is a sessionless full fetch of the whole session. Partitions
+            # the remote tier will serve are asked at an offset no log has: the broker still
+            # checks the client may read them, and reads nothing from its disks.
             request["session_id"], request["session_epoch"] = NO_SESSION, FINAL_EPOCH
             request["forgotten_topics_data"] = []
-            request["topics"] = upstream_topics(partitions, "topic")
+            request["topics"] = upstream_topics(
+                [(key, {**p, "fetch_offset": _NO_SUCH_OFFSET} if (str(key[0]), key[1]) in preferred else p)
+                 for key, p in partitions], "topic")
             frame = bytes(view[:pos]) + spec.request_codec(version).encode(request)
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
 
         async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
             return await self._rewrite_fetch(spec, version, response_frame, wanted, budget, read_committed,
-                                             context)
+                                             context, preferred)
 
         return Forward(frame, rewrite)
+
+    def _remote_holds(self, tp: TopicIdPartition, offset: int) -> bool:
+        rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
+        return rx is not None and ry is not None and rx <= offset <= ry
 
     @staticmethod
     def _fetch_error(spec: Api, version: int, corr: int, code: ErrorCode) -> bytes:
@@ -148,7 +183,8 @@ class TieredReads:
 
     async def _rewrite_fetch(self, spec: Api, version: int, frame: memoryview,
                              wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]], budget: int,
-                             read_committed: bool, context: FetchContext | None) -> bytes | memoryview:
+                             read_committed: bool, context: FetchContext | None,
+                             preferred: set[tuple[str, int]]) -> bytes | memoryview:
         _, pos = decode_response_header(frame, spec.response_header_version(version))
         codec = spec.response_codec(version)
         response = codec.decode(frame[pos:])
@@ -169,7 +205,12 @@ class TieredReads:
                 if rx is None or ry is None:
                     continue
                 log_start = p.get("log_start_offset", -1)
-                if (p["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and rx <= offset <= ry
+                if (topic["topic"], p["partition_index"]) in preferred:
+                    # Asked at an offset no log has: OFFSET_OUT_OF_RANGE, or (Tansu) no error and
+                    # no records. Any other answer (not authorized, not leader) stands.
+                    if p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) and rx <= offset <= ry:
+                        to_read.append((p, tp, offset, partition_max))
+                elif (p["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and rx <= offset <= ry
                         and (log_start < 0 or offset < log_start)):
                     to_read.append((p, tp, offset, partition_max))
                 elif read_committed and p["error_code"] == ErrorCode.NONE and p.get("aborted_transactions"):

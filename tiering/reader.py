@@ -22,6 +22,7 @@ from protocol.remote_formats import (
     lookup_offset_for_timestamp,
     lookup_position,
 )
+from tiering.chunk_cache import ChunkCache
 from tiering.metadata import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage import RemoteResourceNotFoundError, RemoteStorageManager
@@ -76,10 +77,26 @@ class IndexCache:
 
 class RemoteReader:
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
-                 index_cache_bytes: int = 1 << 30) -> None:
+                 index_cache_bytes: int = 1 << 30, chunk_cache_bytes: int = 0, chunk_bytes: int = 1 << 20,
+                 prefetch_threads: int = 2) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
         self.indexes = IndexCache(index_cache_bytes)
+        self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment) \
+            if chunk_cache_bytes > 0 else None
+
+    def close(self) -> None:
+        if self.chunks is not None:
+            self.chunks.close()
+
+    def _next_segment(self, segment: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        return self.rlmm.segment_for_offset(segment.topic_id_partition, segment.end_offset + 1)
+
+    def _fetch(self, segment: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        """Bytes ``start..end`` (inclusive) of the segment's log, through the chunk cache if any."""
+        if self.chunks is not None:
+            return self.chunks.read(segment, start, end)
+        return self.rsm.fetch_log_segment(segment, start, end)
 
     def log_start(self, tp: TopicIdPartition) -> int | None:
         """``Rx``: the first offset the remote tier holds, or None."""
@@ -140,7 +157,7 @@ class RemoteReader:
         size = segment.segment_size_bytes
         # Skip forward over batches that end before offset, reading headers only.
         while position < size:
-            header_bytes = self.rsm.fetch_log_segment(segment, position, min(position + HEADER_SIZE, size) - 1)
+            header_bytes = self._fetch(segment, position, min(position + HEADER_SIZE, size) - 1)
             header = read_header(header_bytes, 0)
             if header.last_offset >= offset:
                 break
@@ -149,11 +166,11 @@ class RemoteReader:
             return b""
         want = max(budget, 0)
         if must_return_one:
-            header = read_header(self.rsm.fetch_log_segment(segment, position, position + HEADER_SIZE - 1), 0)
+            header = read_header(self._fetch(segment, position, position + HEADER_SIZE - 1), 0)
             want = max(want, header.size)
         if want <= 0:
             return b""
-        data = self.rsm.fetch_log_segment(segment, position, min(position + want, size) - 1)
+        data = self._fetch(segment, position, min(position + want, size) - 1)
         whole = 0
         for _, batch in iter_batches(data):
             whole += len(batch)
@@ -193,12 +210,12 @@ class RemoteReader:
             start = lookup_offset_for_timestamp(time_index, segment.start_offset, timestamp)
             position = self._position(segment, start if start is not None else segment.start_offset)
             while position < segment.segment_size_bytes:  # bounded reads, not the whole segment
-                data = self.rsm.fetch_log_segment(segment, position, min(position + _SCAN_CHUNK,
+                data = self._fetch(segment, position, min(position + _SCAN_CHUNK,
                                                                           segment.segment_size_bytes) - 1)
                 batches = list(iter_batches(data))
                 if not batches:  # one batch larger than the chunk
                     size = read_header(data, 0).size
-                    batches = list(iter_batches(self.rsm.fetch_log_segment(segment, position, position + size - 1)))
+                    batches = list(iter_batches(self._fetch(segment, position, position + size - 1)))
                 for header, batch in batches:
                     position += len(batch)
                     if header.max_timestamp < timestamp or header.is_control:
