@@ -25,6 +25,9 @@ ListOffsets (offered up to v10 whatever the broker supports; requests are transl
 broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
 broker's log start ``Lx`` (the broker is asked EARLIEST), LATEST_TIERED (-5) ``Ry`` or -1, and
 MAX_TIMESTAMP (-3) and timestamps are looked up in the remote time indexes first.
+
+OffsetForLeaderEpoch: where the broker no longer knows an epoch (its log start passed it), the
+remote segments' leader-epoch data answers.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from protocol.apis import FETCH, LIST_OFFSETS, Api
+from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, Api
 from protocol.errors import ErrorCode
 from protocol.headers import (
     decode_request_header,
@@ -105,6 +108,7 @@ class TieredReads:
                                           _int(props, "min.incremental.fetch.session.eviction.ms", 120_000))
         proxy.register_hook(FETCH, self.on_fetch)
         proxy.register_hook(LIST_OFFSETS, self.on_list_offsets)
+        proxy.register_hook(OFFSET_FOR_LEADER_EPOCH, self.on_offset_for_leader_epoch)
         proxy.version_caps[FETCH] = FETCH_MAX_VERSION
         proxy.version_overrides[LIST_OFFSETS] = (1, LIST_OFFSETS_MAX_VERSION)
 
@@ -358,3 +362,38 @@ class TieredReads:
         p["offset"], p["timestamp"] = found
         p["leader_epoch"] = self.reader.leader_epoch_of(tp, found[0])
         return True
+
+    # --- OffsetForLeaderEpoch --------------------------------------------------------------------
+
+    async def on_offset_for_leader_epoch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                                         view: memoryview) -> bytes | Forward | None:
+        """Clients validate their position with the leader epoch of the last record they read. A
+        broker whose log start has passed an epoch no longer knows it (it answers an undefined
+        end offset); the remote tier's leader-epoch data answers instead."""
+        _, pos = decode_request_header(view, spec.request_header_version(version))
+        request = spec.request_codec(version).decode(view[pos:])
+        if request.get("replica_id", -1) >= 0:
+            return None
+        tiered = self._tiered()
+        asked = {(t["topic"], p["partition"]): p["leader_epoch"]
+                 for t in request["topics"] for p in t["partitions"] if (t["topic"], p["partition"]) in tiered}
+        if not asked:
+            return None
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
+            _, rpos = decode_response_header(frame, spec.response_header_version(version))
+            codec = spec.response_codec(version)
+            response = codec.decode(frame[rpos:])
+            changed = False
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    key = (t["topic"], p["partition"])
+                    if key not in asked or p["error_code"] != ErrorCode.NONE or p["end_offset"] >= 0:
+                        continue
+                    found = self.reader.end_offset_for_epoch(tiered[key], asked[key])
+                    if found is not None:
+                        p["leader_epoch"], p["end_offset"] = found
+                        changed = True
+            return bytes(frame[:rpos]) + codec.encode(response) if changed else frame
+
+        return Forward(view, rewrite)

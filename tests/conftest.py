@@ -44,3 +44,13 @@ def upstream(request, _brokers, tmp_path_factory) -> EmbeddedBroker:
 @pytest.fixture
 def unique_name() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def own_noida(tmp_path_factory) -> Iterator[EmbeddedBroker]:
+    """A noida-db for one test module alone. Tests that watch the proxy move a broker's log start
+    need one: the session's shared proxies tier every tiered topic on the shared brokers too, and
+    would trim it before the test read what the broker holds."""
+    broker = start_broker("noida", tmp_path_factory.mktemp("own-noida"))
+    yield broker
+    broker.stop()

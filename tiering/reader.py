@@ -119,6 +119,23 @@ class RemoteReader:
                 epoch = e
         return epoch
 
+    def end_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch over the remote tier: the largest tiered epoch <= ``epoch`` and the
+        offset where the next epoch starts (or ``Ry + 1`` when no later epoch is tiered); None
+        when every tiered epoch is newer."""
+        history: list[tuple[int, int]] = []
+        segments = self.rlmm.copied_segments(tp)
+        for segment in segments:
+            for e, start in segment.segment_leader_epochs:
+                if not history or e > history[-1][0]:
+                    history.append((e, start))
+        found = None
+        for i, (e, _) in enumerate(history):
+            if e > epoch:
+                break
+            found = (e, history[i + 1][1] if i + 1 < len(history) else segments[-1].end_offset + 1)
+        return found
+
     def max_timestamp(self, tp: TopicIdPartition) -> int | None:
         """The largest record timestamp in the remote tier, or None."""
         segments = self.rlmm.copied_segments(tp)

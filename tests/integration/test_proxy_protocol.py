@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from protocol.apis import API_VERSIONS, METADATA, PRODUCE, all_apis
+from protocol.apis import API_VERSIONS, LIST_OFFSETS, METADATA, PRODUCE, all_apis
 from protocol.errors import ErrorCode
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
@@ -30,8 +30,11 @@ def test_api_versions_is_what_proxy_and_broker_both_support(upstream, proxy):
         direct.close()
     for key, (lo, hi) in via_proxy.items():
         assert key in all_apis() and key in broker
-        assert lo >= broker[key][0] and hi <= broker[key][1]
         assert lo >= all_apis()[key].min_version and hi <= all_apis()[key].max_version
+        if key == LIST_OFFSETS:
+            assert (lo, hi) == (1, 10)  # translated by the proxy, whatever the broker supports
+            continue
+        assert lo >= broker[key][0] and hi <= broker[key][1]
 
 
 def test_requests_pipelined_answers_come_back_in_order(upstream, proxy):

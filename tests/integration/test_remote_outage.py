@@ -26,18 +26,18 @@ PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def outage_setup(noida, tmp_path_factory):
+def outage_setup(own_noida, tmp_path_factory):
     """A tiered topic on noida-db behind a proxy whose remote tier is a moto S3 server; the
     broker's log start has moved past most of partitions 0 and 1."""
     server = MotoS3()
     server.start()
     work = tmp_path_factory.mktemp("outage")
     topic = f"outage-{work.name}"
-    create_tiered_topic(noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024),
+    create_tiered_topic(own_noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024),
                                                               "local.retention.bytes": str(128 * 1024)})
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": noida.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    producer = Producer({"bootstrap.servers": own_noida.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     for i in range(HISTORY):
         # Incompressible values, so the remote range is megabytes, more than a client prefetches.
         producer.produce(topic, key=f"k{i}".encode(), value=f"history-{i}-".encode() + random.randbytes(150),
@@ -46,16 +46,18 @@ def outage_setup(noida, tmp_path_factory):
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
-    truth = read_to_end(noida.bootstrap, topic, 2)
+    truth = read_to_end(own_noida.bootstrap, topic, 2)
     bucket = new_bucket(server.endpoint)
     proxy = start_proxy(
-        noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
+        own_noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
         "--remote", f"s3://{bucket}/tiered?endpoint_url={server.endpoint}&region={REGION}",
         "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
         "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}",
-        "--set", "remote.log.manager.task.interval.ms=100")
+        "--set", "remote.log.manager.task.interval.ms=100",
+        # A chunk cache smaller than the history, so every backfill (one per client) needs S3.
+        "--set", "remote.log.chunk.cache.size.bytes=2097152")
     try:
-        client = BrokerClient(noida.bootstrap)
+        client = BrokerClient(own_noida.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
         assert wait_until(lambda: all(client.list_offset(leader, topic, p, EARLIEST)[1] > len(truth[p]) * 2 // 3
                                       for p in (0, 1)), 120)
@@ -79,9 +81,9 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
         consumer.seek_to_beginning(*tps)
         try:
             while not stop.is_set():
-                for msgs in consumer.poll(timeout_ms=200, max_records=500).values():
+                for msgs in consumer.poll(timeout_ms=200, max_records=200).values():
                     out.extend(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)) for m in msgs)
-                time.sleep(0.02)
+                time.sleep(0.04)
         finally:
             consumer.close()
 
@@ -96,10 +98,10 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=200, max_records=500)
+                batch = await consumer.getmany(timeout_ms=200, max_records=200)
                 for msgs in batch.values():
                     out.extend(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)) for m in msgs)
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.04)
         finally:
             await consumer.stop()
 
@@ -113,11 +115,11 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
         try:
             while not stop.is_set():
-                for m in consumer.consume(500, 0.2):
+                for m in consumer.consume(200, 0.2):
                     if m.error() is not None:
                         continue  # reported and retried by librdkafka itself; position is what counts
                     out.append(Record(m.offset(), m.timestamp()[1], m.key(), m.value(), _headers(m.headers())))
-                time.sleep(0.02)
+                time.sleep(0.04)
         finally:
             consumer.close()
 

@@ -47,25 +47,25 @@ class History:
 
 
 @pytest.fixture(scope="module")
-def history(noida, tmp_path_factory) -> History:
+def history(own_noida, tmp_path_factory) -> History:
     """300k messages (keys, headers, five codecs, ten transactions of which three aborted) in a
     3-partition tiered topic on noida-db, whose log start the proxy has then moved past more than
     half of each partition (local retention run by the proxy)."""
     work = tmp_path_factory.mktemp("tiered-reads")
     topic = f"history-{work.name}"
-    create_tiered_topic(noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024),
+    create_tiered_topic(own_noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024),
                                                               "local.retention.bytes": str(512 * 1024)})
-    workload = produce_mixed(noida.bootstrap, topic, MESSAGES, transactions=10, transaction_size=3000)
+    workload = produce_mixed(own_noida.bootstrap, topic, MESSAGES, transactions=10, transaction_size=3000)
     assert workload.aborted_messages > 0
-    committed = read_to_end(noida.bootstrap, topic, PARTITIONS)
-    everything = read_to_end(noida.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
+    committed = read_to_end(own_noida.bootstrap, topic, PARTITIONS)
+    everything = read_to_end(own_noida.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
     assert sum(map(len, everything.values())) == MESSAGES
     assert sum(map(len, committed.values())) == MESSAGES - workload.aborted_messages
 
-    proxy = start_proxy(noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
+    proxy = start_proxy(own_noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
                         "--set", "remote.log.manager.task.interval.ms=100")
     try:
-        client = BrokerClient(noida.bootstrap)
+        client = BrokerClient(own_noida.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
 
         def log_starts() -> dict[int, int]:
@@ -107,9 +107,9 @@ def test_read_uncommitted_consumer_sees_aborted_records_too(history):
     _same(got, history.everything)
 
 
-def test_the_broker_itself_no_longer_has_the_start(history, noida):
+def test_the_broker_itself_no_longer_has_the_start(history, own_noida):
     """What makes the tests above meaningful: offset 0 is gone from the broker."""
-    client = BrokerClient(noida.bootstrap)
+    client = BrokerClient(own_noida.bootstrap)
     leader = client.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
         answer = client.fetch(leader, history.topic, partition, 0, max_bytes=1 << 20, read_committed=False)
@@ -133,10 +133,10 @@ def _list_offsets(proxy: ProxyProcess, topic: str, version: int, timestamps: dic
 
 
 @pytest.mark.parametrize("version", [8, 10])
-def test_list_offsets_special_timestamps(history, noida, version):
+def test_list_offsets_special_timestamps(history, own_noida, version):
     """-2 is Rx (0 here), -4 the broker's own log start Lx, -5 the last tiered offset Ry, -1 the end;
     v10 is answered although noida-db stops at v8 (the proxy translates)."""
-    broker = BrokerClient(noida.bootstrap)
+    broker = BrokerClient(own_noida.bootstrap)
     leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
         ranges_before = history.remote_range(partition)
@@ -154,7 +154,7 @@ def test_list_offsets_special_timestamps(history, noida, version):
         assert got[-1][1] == broker.list_offset(leader, history.topic, partition, LATEST)[1]
 
 
-def test_list_offsets_latest_tiered_without_tiered_data_is_minus_one(history, noida, unique_name):
+def test_list_offsets_latest_tiered_without_tiered_data_is_minus_one(history, own_noida, unique_name):
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
@@ -187,10 +187,10 @@ def test_seek_by_timestamp_into_the_remote_range(history):
         consumer.close()
 
 
-def test_list_offsets_earliest_and_latest_through_a_client(history, noida):
+def test_list_offsets_earliest_and_latest_through_a_client(history, own_noida):
     from kafka import KafkaConsumer, TopicPartition
 
-    broker = BrokerClient(noida.bootstrap)
+    broker = BrokerClient(own_noida.bootstrap)
     leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     consumer = KafkaConsumer(bootstrap_servers=history.proxy.bootstrap)
     try:
@@ -200,3 +200,22 @@ def test_list_offsets_earliest_and_latest_through_a_client(history, noida):
         assert ends == {tp: broker.list_offset(leader, history.topic, tp.partition, LATEST)[1] for tp in tps}
     finally:
         consumer.close()
+
+
+def test_offset_for_leader_epoch_through_the_proxy(history, own_noida):
+    """What a client asks when it validates its position: the end of its leader epoch. noida-db
+    has one epoch (0), so the answer is the end of the log, whichever tier the position is in."""
+    from protocol.apis import OFFSET_FOR_LEADER_EPOCH
+
+    broker = BrokerClient(own_noida.bootstrap)
+    leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
+    client = RawClient(history.proxy.bootstrap)
+    try:
+        answer = client.request(OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{
+            "topic": history.topic,
+            "partitions": [{"partition": p, "current_leader_epoch": -1, "leader_epoch": 0} for p in range(PARTITIONS)]}]})
+    finally:
+        client.close()
+    for p in answer["topics"][0]["partitions"]:
+        assert (p["error_code"], p["leader_epoch"]) == (ErrorCode.NONE, 0)
+        assert p["end_offset"] == broker.list_offset(leader, history.topic, p["partition"], LATEST)[1]
