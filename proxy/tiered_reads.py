@@ -18,8 +18,9 @@ still asked for the partition (at an offset no log has) so that it authorizes th
 
 Fetch sessions (KIP-227) end at the proxy (``proxy/fetch_sessions.py``): clients keep their
 sessions with the proxy, and the broker is sent sessionless full fetches, so the proxy knows
-every partition's fetch offset on every request. Clients may use Fetch up to v12 (topics by
-name).
+every partition's fetch offset on every request. Clients may use Fetch up to v15: topic names
+up to v12, topic ids from v13 (looked up among the tiered partitions' ids, which come from the
+brokers' Metadata).
 
 ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
 broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
@@ -54,6 +55,7 @@ from proxy.fetch_sessions import (
     FetchContext,
     FetchSessionCache,
     FetchSessionError,
+    PartitionKey,
     upstream_topics,
 )
 from tiering.model import TopicIdPartition
@@ -73,7 +75,8 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # the brokers' log start, Lx
 LATEST_TIERED = -5  # the last tiered offset, Ry
 LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
-FETCH_MAX_VERSION = 12  # topic names; v13+ name topics by id
+# v13+ name topics by id; v16 adds NodeEndpoints, which this rewrite would have to re-address.
+FETCH_MAX_VERSION = 15
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
 # The wire code for "tiered storage not available"; see the module docstring.
@@ -126,32 +129,43 @@ class TieredReads:
     def _tiered(self) -> dict[tuple[str, int], TopicIdPartition]:
         return {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.partitions()}
 
+    def _tiered_by(self, topic_field: str) -> dict[PartitionKey, TopicIdPartition]:
+        """Tiered partitions keyed as a Fetch of this version names them: by topic name, or
+        (v13+) by topic id. Zero topic ids (noida-db) name no topic: such fetches pass through."""
+        if topic_field == "topic":
+            return dict(self._tiered())
+        return {(tp.topic_id.bytes, tp.partition): tp for tp in self.tiering.metadata.partitions()
+                if tp.topic_id.int != 0}
+
     # --- Fetch -----------------------------------------------------------------------------------
 
     async def on_fetch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
                        view: memoryview) -> bytes | Forward | None:
         header, pos = decode_request_header(view, spec.request_header_version(version))
         request = spec.request_codec(version).decode(view[pos:])
-        if request.get("replica_id", -1) >= 0:
+        replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
+        if replica >= 0:
             return None  # replication traffic is the brokers' business
-        tiered = self._tiered()
+        topic_field = "topic_id" if version >= 13 else "topic"
+        tiered = self._tiered_by(topic_field)
         context: FetchContext | None = None
-        partitions = [((t["topic"], p["partition"]), p) for t in request["topics"] for p in t["partitions"]]
+        partitions: list[tuple[PartitionKey, dict[str, Any]]] = [
+            ((t[topic_field], p["partition"]), p) for t in request["topics"] for p in t["partitions"]]
         if version >= 7 and (request["session_id"] != NO_SESSION or request["session_epoch"] != FINAL_EPOCH):
             try:
-                context = self.sessions.context(conn.node_id, request, "topic")
+                context = self.sessions.context(conn.node_id, request, topic_field)
             except FetchSessionError as e:
                 log.info("client %s: %s: %s", conn.peer, e.code.name, e)
                 return self._fetch_error(spec, version, corr, e.code)
             partitions = context.partitions
-        wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]] = {}
-        preferred: set[tuple[str, int]] = set()
-        for (topic, partition), p in partitions:
-            tp = tiered.get((str(topic), partition))
+        wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]] = {}
+        preferred: set[PartitionKey] = set()
+        for key, p in partitions:
+            tp = tiered.get(key)
             if tp is not None:
-                wanted[(tp.topic, partition)] = (tp, p["fetch_offset"], p["partition_max_bytes"])
+                wanted[key] = (tp, p["fetch_offset"], p["partition_max_bytes"])
                 if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]):
-                    preferred.add((tp.topic, partition))
+                    preferred.add(key)
         if context is None and not wanted:
             return None  # a sessionless fetch of untiered partitions passes through untouched
         frame: bytes | memoryview = view
@@ -162,15 +176,15 @@ class TieredReads:
             request["session_id"], request["session_epoch"] = NO_SESSION, FINAL_EPOCH
             request["forgotten_topics_data"] = []
             request["topics"] = upstream_topics(
-                [(key, {**p, "fetch_offset": _NO_SUCH_OFFSET} if (str(key[0]), key[1]) in preferred else p)
-                 for key, p in partitions], "topic")
+                [(key, {**p, "fetch_offset": _NO_SUCH_OFFSET} if key in preferred else p)
+                 for key, p in partitions], topic_field)
             frame = bytes(view[:pos]) + spec.request_codec(version).encode(request)
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
 
         async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
             return await self._rewrite_fetch(spec, version, response_frame, wanted, budget, read_committed,
-                                             context, preferred)
+                                             context, preferred, topic_field)
 
         return Forward(frame, rewrite)
 
@@ -186,9 +200,9 @@ class TieredReads:
         return encode_response_header(corr, spec.response_header_version(version)) + codec.encode(body)
 
     async def _rewrite_fetch(self, spec: Api, version: int, frame: memoryview,
-                             wanted: dict[tuple[str, int], tuple[TopicIdPartition, int, int]], budget: int,
+                             wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]], budget: int,
                              read_committed: bool, context: FetchContext | None,
-                             preferred: set[tuple[str, int]]) -> bytes | memoryview:
+                             preferred: set[PartitionKey], topic_field: str) -> bytes | memoryview:
         _, pos = decode_response_header(frame, spec.response_header_version(version))
         codec = spec.response_codec(version)
         response = codec.decode(frame[pos:])
@@ -201,7 +215,8 @@ class TieredReads:
         for topic in response["responses"]:
             for p in topic["partitions"]:
                 used += len(p["records"]) if p.get("records") is not None else 0
-                entry = wanted.get((topic["topic"], p["partition_index"]))
+                key = (topic[topic_field], p["partition_index"])
+                entry = wanted.get(key)
                 if entry is None:
                     continue
                 tp, offset, partition_max = entry
@@ -209,7 +224,7 @@ class TieredReads:
                 if rx is None or ry is None:
                     continue
                 log_start = p.get("log_start_offset", -1)
-                if (topic["topic"], p["partition_index"]) in preferred:
+                if key in preferred:
                     # Asked at an offset no log has: OFFSET_OUT_OF_RANGE, or (Tansu) no error and
                     # no records. Any other answer (not authorized, not leader) stands.
                     if p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) and rx <= offset <= ry:
@@ -269,7 +284,7 @@ class TieredReads:
         if not changed:
             return frame
         if context is not None:
-            context.shape_response(response, "topic")
+            context.shape_response(response, topic_field)
         return bytes(frame[:pos]) + codec.encode(response)
 
     def _drop_ended_transactions(self, tp: TopicIdPartition, offset: int, p: dict[str, Any]) -> bool:

@@ -64,8 +64,10 @@ def preferred(tansu, tmp_path_factory) -> Iterator[Preferred]:
         proxy.stop()
 
 
-def _raw_batches(proxy: ProxyProcess, topic: str, partition: int, end: int) -> bytes:
-    """Batches of a partition from offset 0 through ``end``, fetched through the proxy."""
+def _raw_batches(proxy: ProxyProcess, topic: str, partition: int, end: int, *, version: int = 12,
+                 topic_id: bytes = b"") -> bytes:
+    """Batches of a partition from offset 0 through ``end``, fetched through the proxy (topics by
+    name up to v12, by id from v13)."""
     (port,) = proxy.node_ports.values()
     client = RawClient(f"127.0.0.1:{port}")
     out = bytearray()
@@ -74,10 +76,11 @@ def _raw_batches(proxy: ProxyProcess, topic: str, partition: int, end: int) -> b
         for _ in range(10_000):
             if offset > end:
                 break
-            answer = client.request(FETCH, 12, {
+            answer = client.request(FETCH, version, {
                 "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 256 * 1024, "isolation_level": 0,
                 "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-                "topics": [{"topic": topic, "partitions": [{
+                "replica_state": {"replica_id": -1, "replica_epoch": -1},
+                "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [{
                     "partition": partition, "fetch_offset": offset, "current_leader_epoch": -1,
                     "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 64 * 1024}]}]})
             (part,) = answer["responses"][0]["partitions"]
@@ -102,6 +105,19 @@ def test_remote_batches_equal_the_brokers_own(preferred, tansu):
             if header.base_offset <= end:
                 broker_prefix += batch
         assert _raw_batches(preferred.proxy, preferred.topic, tp.partition, end) == bytes(broker_prefix)
+
+
+@pytest.mark.parametrize("version", [13, 15])
+def test_fetch_by_topic_id_reads_the_same_batches(preferred, tansu, version):
+    """Fetch v13+ names topics by id (Tansu has real ids): the proxy finds the tiered partition by
+    it and answers as by name."""
+    client = BrokerClient(tansu.bootstrap)
+    topic_id = client.metadata([preferred.topic])[preferred.topic].topic_id.bytes
+    for partition in range(PARTITIONS):
+        end = preferred.remote_ends[partition]
+        by_name = _raw_batches(preferred.proxy, preferred.topic, partition, end)
+        assert _raw_batches(preferred.proxy, preferred.topic, partition, end, version=version,
+                            topic_id=topic_id) == by_name
 
 
 @pytest.mark.parametrize("client", CLIENTS)
