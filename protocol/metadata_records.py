@@ -9,7 +9,7 @@ version; the implementation that shipped (and which real brokers write) differs,
 it. A record value is::
 
     frame_version  uvarint, always 1
-    api_key        uvarint, 0/1/2
+    api_key        uvarint, 0/1/2 (Kafka's), 64/65 (this proxy's own, below)
     version        uvarint, 0 (1 is accepted when reading: it only adds tagged fields)
     body           the message in Kafka's flexible encoding: compact (length+1 uvarint)
                    strings, bytes and arrays; every struct, nested ones included, ends with a
@@ -36,6 +36,7 @@ from construct import (
     Bytes,
     Construct,
     ConstructError,
+    Flag,
     Int8sb,
     Int32sb,
     Int64sb,
@@ -55,6 +56,13 @@ DEFAULT_METADATA_PARTITIONS = 50  # remote.log.metadata.topic.num.partitions def
 SEGMENT_METADATA_API_KEY = 0
 SEGMENT_METADATA_UPDATE_API_KEY = 1
 PARTITION_DELETE_METADATA_API_KEY = 2
+# This proxy's own records, in the same framing (Kafka defines no records for them; only proxies
+# read the metadata topic): a topic's tiering configs and KIP-950 state, and a partition's remote
+# log start after DeleteRecords.
+TOPIC_TIERING_STATE_API_KEY = 64
+REMOTE_LOG_START_OFFSET_API_KEY = 65
+TIERING_STATES = range(-1, 3)  # none, ENABLED, DISABLING, DISABLED
+DISABLE_POLICIES = range(0, 2)  # retain, delete
 
 # State ids as RemoteLogSegmentState.id() / RemotePartitionDeleteState.id() define them.
 SEGMENT_STATES = range(0, 4)  # COPY_SEGMENT_STARTED .. DELETE_SEGMENT_FINISHED
@@ -262,7 +270,30 @@ class RemotePartitionDeleteMetadataRecord(NamedTuple):
     remote_partition_delete_state: int
 
 
-MetadataRecord = RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord | RemotePartitionDeleteMetadataRecord
+class TopicConfigEntry(NamedTuple):
+    name: str
+    value: str
+
+
+class TopicTieringStateRecord(NamedTuple):
+    topic_name: str
+    topic_id: uuid.UUID  # the broker's id, or one the proxy assigned where the broker has none
+    deleted: bool
+    tiered_epoch: int
+    tiering_state: int  # TIERING_STATES
+    disable_policy: int  # the policy of the latest disablement (DISABLE_POLICIES)
+    configs: tuple[TopicConfigEntry, ...]
+    event_timestamp_ms: int
+
+
+class RemoteLogStartOffsetRecord(NamedTuple):
+    topic_id_partition: TopicIdPartitionEntry
+    log_start_offset: int
+    event_timestamp_ms: int
+
+
+MetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
+                  | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord)
 
 
 class _BoolTag(NamedTuple):
@@ -362,17 +393,48 @@ REMOTE_PARTITION_DELETE_METADATA_RECORD = _AsTuple(
     ),
     RemotePartitionDeleteMetadataRecord,
 )
+TOPIC_CONFIG_ENTRY = _AsTuple(
+    Struct("name" / CompactString, "value" / CompactString, "tagged_fields" / TaggedFields),
+    TopicConfigEntry,
+)
+TOPIC_TIERING_STATE_RECORD = _AsTuple(
+    Struct(
+        "topic_name" / CompactString,
+        "topic_id" / Uuid,
+        "deleted" / Flag,
+        "tiered_epoch" / Int32sb,
+        "tiering_state" / Int8sb,
+        "disable_policy" / Int8sb,
+        "configs" / _CompactArray(TOPIC_CONFIG_ENTRY),
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    TopicTieringStateRecord,
+)
+REMOTE_LOG_START_OFFSET_RECORD = _AsTuple(
+    Struct(
+        "topic_id_partition" / TOPIC_ID_PARTITION_ENTRY,
+        "log_start_offset" / Int64sb,
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    RemoteLogStartOffsetRecord,
+)
 FRAME_HEADER = Struct("frame_version" / UVarInt, "api_key" / UVarInt, "version" / UVarInt)
 
 _BODIES: dict[int, Construct] = {
     SEGMENT_METADATA_API_KEY: REMOTE_LOG_SEGMENT_METADATA_RECORD,
     SEGMENT_METADATA_UPDATE_API_KEY: REMOTE_LOG_SEGMENT_METADATA_UPDATE_RECORD,
     PARTITION_DELETE_METADATA_API_KEY: REMOTE_PARTITION_DELETE_METADATA_RECORD,
+    TOPIC_TIERING_STATE_API_KEY: TOPIC_TIERING_STATE_RECORD,
+    REMOTE_LOG_START_OFFSET_API_KEY: REMOTE_LOG_START_OFFSET_RECORD,
 }
 _API_KEYS: dict[type, int] = {
     RemoteLogSegmentMetadataRecord: SEGMENT_METADATA_API_KEY,
     RemoteLogSegmentMetadataUpdateRecord: SEGMENT_METADATA_UPDATE_API_KEY,
     RemotePartitionDeleteMetadataRecord: PARTITION_DELETE_METADATA_API_KEY,
+    TopicTieringStateRecord: TOPIC_TIERING_STATE_API_KEY,
+    RemoteLogStartOffsetRecord: REMOTE_LOG_START_OFFSET_API_KEY,
 }
 
 
@@ -411,7 +473,7 @@ def encode_partition_delete_metadata(record: RemotePartitionDeleteMetadataRecord
 
 
 def decode_record(data: bytes | memoryview) -> MetadataRecord:
-    """Decode one metadata-topic record value into one of the three record tuples."""
+    """Decode one metadata-topic record value into one of the record tuples."""
     raw = bytes(data)
     stream = io.BytesIO(raw)
     try:
@@ -444,7 +506,13 @@ def _reason(exc: ConstructError) -> str:
 
 def _state_problem(record: MetadataRecord) -> str | None:
     """States are int8 on the wire but only the ids Kafka's enums define mean anything."""
-    if isinstance(record, RemotePartitionDeleteMetadataRecord):
+    if isinstance(record, RemoteLogStartOffsetRecord):
+        return None if record.log_start_offset >= 0 else f"negative log start offset {record.log_start_offset}"
+    if isinstance(record, TopicTieringStateRecord):
+        if record.disable_policy not in DISABLE_POLICIES:
+            return f"TopicTieringStateRecord has unknown disable policy {record.disable_policy}"
+        state, valid = record.tiering_state, TIERING_STATES
+    elif isinstance(record, RemotePartitionDeleteMetadataRecord):
         state, valid = record.remote_partition_delete_state, PARTITION_DELETE_STATES
     else:
         state, valid = record.remote_log_segment_state, SEGMENT_STATES

@@ -15,6 +15,7 @@ from proxy.config import ProxyConfig
 from proxy.connection import ClientConnection, Forward
 from proxy.framing import FrameStream
 from proxy.tiered_reads import TieredReads
+from proxy.topic_admin import TopicAdmin
 from proxy.upstream import (
     BrokerVersions,
     ClusterView,
@@ -63,6 +64,7 @@ class Proxy:
         self.version_caps: dict[int, int] = {}
         self.tiering = tiering  # started with the listeners, stopped when the proxy stops
         self.tiered_reads = TieredReads(self, tiering, config.extra) if tiering is not None else None
+        self.topic_admin = TopicAdmin(self, tiering) if tiering is not None else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -98,6 +100,8 @@ class Proxy:
             with trio.CancelScope(shield=True):
                 if self.tiered_reads is not None:
                     self.tiered_reads.close()
+                if self.topic_admin is not None:
+                    self.topic_admin.close()
                 if self.tiering is not None:
                     await trio.to_thread.run_sync(self.tiering.stop)
 

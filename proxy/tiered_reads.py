@@ -127,14 +127,14 @@ class TieredReads:
         self.reader.close()
 
     def _tiered(self) -> dict[tuple[str, int], TopicIdPartition]:
-        return {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.partitions()}
+        return {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.readable_partitions()}
 
     def _tiered_by(self, topic_field: str) -> dict[PartitionKey, TopicIdPartition]:
         """Tiered partitions keyed as a Fetch of this version names them: by topic name, or
         (v13+) by topic id. Zero topic ids (noida-db) name no topic: such fetches pass through."""
         if topic_field == "topic":
             return dict(self._tiered())
-        return {(tp.topic_id.bytes, tp.partition): tp for tp in self.tiering.metadata.partitions()
+        return {(tp.topic_id.bytes, tp.partition): tp for tp in self.tiering.metadata.readable_partitions()
                 if tp.topic_id.int != 0}
 
     # --- Fetch -----------------------------------------------------------------------------------

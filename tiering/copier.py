@@ -133,6 +133,8 @@ class PartitionCopier:
         self.last_stable = -1  # Ly, as last seen
         self.delete_records_unsupported = False
         self.stopped = False
+        # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
+        self.tiered_epoch: int | None = 0
 
     # --- the pass ------------------------------------------------------------------------------
 
@@ -142,6 +144,10 @@ class PartitionCopier:
     def run_once(self, client: BrokerClient) -> None:
         try:
             self._clean_orphans()
+            if self.tiered_epoch is None:
+                self._expire_remote()
+                self.failures = 0
+                return
             if self.next_offset is None:
                 self._start_position(client)
             if self.open is not None and self.open.size >= self.settings.segment_bytes:
@@ -252,12 +258,27 @@ class PartitionCopier:
             except RemoteStorageError:
                 self._abandon(metadata)
                 raise
+        if not self._epoch_current():
+            # Disabled (or re-enabled) while this copy ran: the copy belongs to an older epoch.
+            log.info("%s: tiering changed during the copy of %d..%d; dropping it", self.tp, facts.start_offset,
+                     facts.end_offset)
+            self._abandon(metadata)
+            builder.discard()
+            self.open = None
+            self.stopped = True
+            return
         self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             segment_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
         self.metrics.add(copied_segments=1, copied_bytes=facts.size_bytes)
         log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
         builder.discard()
         self.open = None
+
+    def _epoch_current(self) -> bool:
+        state = self.rlmm.topic_tiering_state(self.tp.topic)
+        if state is None:
+            return True  # a partition tiered without lifecycle records (tests driving a copier)
+        return state.copying and state.topic_id == self.tp.topic_id and state.tiered_epoch == self.tiered_epoch
 
     def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
         """A failed copy: try to remove what it left; if that fails too, the orphan sweep will."""
@@ -300,7 +321,18 @@ class PartitionCopier:
                 self.metrics.add(orphans_cleaned=1)
 
     def _expire_remote(self) -> None:
-        limit_ms, limit_bytes = self.settings.remote_expiry_ms, self.settings.remote_expiry_bytes
+        floor = self.rlmm.remote_log_start_offset(self.tp)
+        for segment in self.rlmm.copied_segments(self.tp):
+            if segment.end_offset >= floor:
+                break
+            self._delete_segment(segment)  # wholly below the log start DeleteRecords set
+            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+            log.info("deleted %s remote segment %d..%d below log start %d", self.tp, segment.start_offset,
+                     segment.end_offset, floor)
+        if self.tiered_epoch is None:  # KIP-950 retain: the topic-wide retention, from Rx
+            limit_ms, limit_bytes = self.settings.retention_ms, self.settings.retention_bytes
+        else:
+            limit_ms, limit_bytes = self.settings.remote_expiry_ms, self.settings.remote_expiry_bytes
         if limit_ms < 0 and limit_bytes < 0:
             return
         segments = self.rlmm.copied_segments(self.tp)
@@ -308,7 +340,8 @@ class PartitionCopier:
         if self.open is not None:
             total += self.open.size
         cutoff = now_ms() - limit_ms
-        for segment in segments[:-1] if self.open is None else segments:
+        keep_newest = self.open is None and self.tiered_epoch is not None
+        for segment in segments[:-1] if keep_newest else segments:
             # Keep the newest segment while nothing newer is staged, so Ry stays known.
             too_old = limit_ms >= 0 and segment.max_timestamp_ms < cutoff
             too_big = limit_bytes >= 0 and total - segment.segment_size_bytes >= limit_bytes

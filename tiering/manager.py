@@ -13,16 +13,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 
 from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.config import TieringConfig, TopicTiering
-from tiering.copier import GapLog, PartitionCopier, TieringMetrics
+from tiering.copier import GapLog, PartitionCopier, TieringMetrics, now_ms
 from tiering.metadata import RemoteLogMetadataManager
-from tiering.model import TopicIdPartition
-from tiering.storage import RemoteStorageManager
+from tiering.model import (
+    DisablePolicy,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TieringState,
+    TopicIdPartition,
+    TopicTieringState,
+)
+from tiering.storage import RemoteStorageError, RemoteStorageManager
+from tiering.topic_configs import TIERING_KEYS, TopicConfigError, is_enabled, transition
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +60,11 @@ class RemoteLogManager:
         self._control = BrokerClient(bootstrap_servers)
         self._pool = ThreadPoolExecutor(config.thread_pool_size, thread_name_prefix="rlm-copier")
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
+        self._missing: set[str] = set()  # topics with remote data missing from the last listing
+        self._ids_lock = threading.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -59,6 +74,7 @@ class RemoteLogManager:
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
+        self._wake.set()
         for copier in list(self.copiers.values()):
             copier.stopped = True  # passes in flight end after their current fetch or copy
         if self._thread is not None:
@@ -79,7 +95,12 @@ class RemoteLogManager:
                 self.run_once()
             except Exception:  # the loop must survive anything one round throws
                 log.exception("remote log manager round failed")
-            self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+            self._wake.wait(max(0.0, interval - (time.monotonic() - started)))
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Start the next round now (a topic's tiering changed)."""
+        self._wake.set()
 
     # --- one round -------------------------------------------------------------------------------
 
@@ -113,35 +134,180 @@ class RemoteLogManager:
         except BrokerClientError as exc:
             log.warning("cannot read cluster metadata for tiering: %s", exc)
             return
-        wanted: dict[TopicIdPartition, tuple[TopicInfo, int, TopicTiering]] = {}
+        self._notice_vanished_topics(topics)
+        wanted: dict[TopicIdPartition, tuple[int, TopicTiering, TopicTieringState]] = {}
         for topic in candidates:
-            settings = TopicTiering.resolve(self.config, configs.get(topic.name, {}))
-            if not settings.remote_storage_enable:
+            state = self._topic_state(topic, configs.get(topic.name, {}))
+            if state is None or state.state is None:
                 continue
+            if state.state == TieringState.DISABLING:
+                self._disable(state, topic)
+                state = self.rlmm.topic_tiering_state(topic.name) or state
+            if state.state == TieringState.DISABLED and state.disable_policy == DisablePolicy.DELETE:
+                continue  # nothing left to copy or expire
+            settings = TopicTiering.resolve(self.config, {**configs.get(topic.name, {}), **state.config_map})
             if settings.compacted:
                 self._warn_once(f"compacted:{topic.name}", "topic %s is compacted: not tiered", topic.name)
                 continue
             for p in topic.partitions.values():
-                tp = TopicIdPartition(topic.topic_id, topic.name, p.partition)
+                tp = TopicIdPartition(state.topic_id, topic.name, p.partition)
                 if self.owns(tp):
-                    wanted[tp] = (topic, p.leader, settings)
+                    wanted[tp] = (p.leader, settings, state)
+        self._remove_deleted_partitions()
         for tp in [tp for tp in self.copiers if tp not in wanted]:
             self.copiers.pop(tp).close()
             self.rlmm.on_stop_partitions([tp])
         new = []
-        for tp, (_, leader, settings) in wanted.items():
+        for tp, (leader, settings, state) in wanted.items():
             copier = self.copiers.get(tp)
             if copier is None:
-                self.copiers[tp] = PartitionCopier(
+                copier = self.copiers[tp] = PartitionCopier(
                     tp, leader, settings, rlmm=self.rlmm, rsm=self.rsm, spool_dir=self.data_dir / "spool",
                     metrics=self.metrics, gaps=self.gaps, fetch_max_bytes=self.config.copier_fetch_max_bytes,
                     backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id)
                 new.append(tp)
-            else:
-                copier.leader, copier.settings = leader, settings
+            copier.leader, copier.settings = leader, settings
+            # Copies run only while ENABLED under the epoch they started in (KIP-950's fence);
+            # a retain-disabled topic keeps expiring its remote data by total retention.
+            copier.tiered_epoch = state.tiered_epoch if state.copying else None
         if new:
             self.rlmm.on_partition_leadership_changes(new, [])
             log.info("tiering %d new partition(s): %s", len(new), ", ".join(f"{tp.topic}-{tp.partition}" for tp in new))
+
+    # --- per-topic lifecycle (KIP-950, deletes) --------------------------------------------------
+
+    def resolve_topic_id(self, name: str, broker_topic_id: uuid.UUID, *, new_incarnation: bool = False) -> uuid.UUID:
+        """The id the remote tier files ``name`` under: the broker's when it has topic ids.
+        Brokers without them (noida-db) report zeros: the first incarnation of a name keeps the
+        zero id, and one created after the proxy saw the name deleted gets an id the proxy
+        assigns, so a recreated topic never sees its predecessor's remote data."""
+        if broker_topic_id.int != 0:
+            return broker_topic_id
+        with self._ids_lock:
+            state = self.rlmm.topic_tiering_state(name)
+            if state is not None and not state.deleted and not new_incarnation:
+                return state.topic_id
+            seen_before = state is not None or any(tp.topic == name for tp in self.rlmm.partitions())
+            return uuid.uuid4() if seen_before else broker_topic_id
+
+    def _topic_state(self, topic: TopicInfo, broker_configs: dict[str, str | None]) -> TopicTieringState | None:
+        """The topic's lifecycle state, moved on where its effective configs call for it (tiering
+        switched on or off at the broker, ``proxy.tier.all.topics``)."""
+        state = self.rlmm.topic_tiering_state(topic.name)
+        if state is not None and not state.deleted and (topic.topic_id.int == 0 or state.topic_id == topic.topic_id):
+            values = state.config_map  # set through the proxy: the proxy's record is the truth
+        else:  # tiering switched on at the broker (which then knows the keys), or for all topics
+            values = {k: v for k, v in broker_configs.items() if k in TIERING_KEYS and v is not None}
+        if (state is None or state.deleted) and not is_enabled(values, self.config):
+            return None
+        topic_id = self.resolve_topic_id(topic.name, topic.topic_id)
+        current = self.rlmm.topic_tiering_state(topic.name)
+        try:
+            moved = transition(current, topic.name, topic_id, values, self.config, now_ms(), enable_named=False)
+        except TopicConfigError:
+            return current
+        if current is None or (moved.state, moved.tiered_epoch, moved.topic_id) != (
+                current.state, current.tiered_epoch, current.topic_id):
+            self.rlmm.put_topic_tiering_state(moved)
+            log.info("topic %s: tiering %s (tiered epoch %d)", topic.name,
+                     moved.state.name if moved.state is not None else "off", moved.tiered_epoch)
+        return moved
+
+    def _disable(self, state: TopicTieringState, topic: TopicInfo) -> None:
+        """Finish a DISABLING topic: stop its copiers; with ``delete`` remove every remote
+        segment (readers stopped serving them when DISABLING began); then DISABLED. A restart
+        in the middle resumes here."""
+        for tp in [tp for tp in self.copiers if tp.topic == topic.name]:
+            self.copiers.pop(tp).close()
+            self.rlmm.on_stop_partitions([tp])
+        if state.disable_policy == DisablePolicy.DELETE:
+            for p in topic.partitions:
+                tp = TopicIdPartition(state.topic_id, topic.name, p)
+                try:
+                    self._delete_all_segments(tp)
+                except RemoteStorageError as exc:
+                    log.warning("disabling %s: remote deletes failed, will retry: %s", topic.name, exc)
+                    return
+        self.rlmm.put_topic_tiering_state(replace(state, state=TieringState.DISABLED, event_timestamp_ms=now_ms()))
+        log.info("topic %s: tiered storage DISABLED (policy %s, tiered epoch %d)", topic.name,
+                 state.disable_policy.config_value, state.tiered_epoch)
+
+    def _delete_all_segments(self, tp: TopicIdPartition) -> int:
+        deleted = 0
+        for segment in self.rlmm.list_remote_log_segments(tp):
+            if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+                self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                    segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id))
+            self.rsm.delete_log_segment_data(segment)
+            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+            deleted += 1
+            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+        return deleted
+
+    def mark_topic_deleted(self, name: str, topic_id: uuid.UUID | None = None) -> list[TopicIdPartition]:
+        """A topic is gone: its partitions become DELETE_PARTITION_MARKED (unreadable at once) and
+        the next rounds delete their remote data. ``topic_id`` None: every incarnation of ``name``."""
+        with self._ids_lock:
+            marked = []
+            for tp in self.rlmm.partitions():
+                if tp.topic != name or (topic_id is not None and tp.topic_id != topic_id):
+                    continue
+                if self.rlmm.partition_delete_state(tp) is None:
+                    self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                        tp, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, now_ms(), self.broker_id))
+                    marked.append(tp)
+            state = self.rlmm.topic_tiering_state(name)
+            if state is not None and not state.deleted and (topic_id is None or state.topic_id == topic_id):
+                self.rlmm.put_topic_tiering_state(replace(state, deleted=True, event_timestamp_ms=now_ms()))
+        if marked:
+            log.info("topic %s deleted: %d remote partition(s) marked for deletion", name, len(marked))
+        return marked
+
+    def _notice_vanished_topics(self, topics: dict[str, TopicInfo]) -> None:
+        """Topics deleted behind the proxy's back (or recreated with a new id): once a topic with
+        remote data has been missing from two successive listings, or has a new id, delete it."""
+        live: dict[str, set[uuid.UUID]] = {}
+        for tp in self.rlmm.partitions():
+            if self.rlmm.partition_delete_state(tp) is None:
+                live.setdefault(tp.topic, set()).add(tp.topic_id)
+        missing = set()
+        for name, ids in live.items():
+            info = topics.get(name)
+            if info is None:
+                missing.add(name)
+                if name in self._missing:
+                    log.warning("topic %s is gone from the cluster: deleting its remote data", name)
+                    self.mark_topic_deleted(name)
+                continue
+            current = self.rlmm.topic_tiering_state(name)
+            current_id = info.topic_id if info.topic_id.int != 0 else (current.topic_id if current else None)
+            for stale in ids - {current_id}:
+                if current_id is not None:
+                    log.warning("topic %s has a new id %s: deleting the remote data of %s", name, current_id, stale)
+                    self.mark_topic_deleted(name, stale)
+        self._missing = missing
+
+    def _remove_deleted_partitions(self) -> None:
+        for tp in self.rlmm.partitions():
+            state = self.rlmm.partition_delete_state(tp)
+            if state not in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                             RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
+                continue
+            copier = self.copiers.pop(tp, None)
+            if copier is not None:
+                copier.close()
+                self.rlmm.on_stop_partitions([tp])
+            try:
+                if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
+                    self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                        tp, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, now_ms(), self.broker_id))
+                count = self._delete_all_segments(tp)
+                self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                    tp, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, now_ms(), self.broker_id))
+                log.info("deleted partition %s from the remote tier (%d segment(s))", tp, count)
+            except RemoteStorageError as exc:
+                log.warning("deleting partition %s from the remote tier failed, will retry: %s", tp, exc)
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:

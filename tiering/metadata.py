@@ -26,15 +26,18 @@ from tiering.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
+    TopicTieringState,
 )
 from tiering.storage import RemoteResourceNotFoundError
 
 log = logging.getLogger(__name__)
 
-RemoteLogMetadata = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+                     | TopicTieringState | RemoteLogStartOffset)
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -73,6 +76,7 @@ class PartitionState:
 
     segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = field(default_factory=dict)
     delete_state: RemotePartitionDeleteState | None = None
+    log_start_offset: int = 0  # raised by DeleteRecords; offsets below it are gone
     # Finished segments ordered by start offset, rebuilt lazily after a change.
     _finished: list[RemoteLogSegmentMetadata] | None = None
 
@@ -95,6 +99,7 @@ class MetadataState:
 
     def __init__(self) -> None:
         self.partitions: dict[TopicIdPartition, PartitionState] = {}
+        self.topics: dict[str, TopicTieringState] = {}  # by topic name; deleted ones kept
 
     def partition(self, tp: TopicIdPartition) -> PartitionState:
         state = self.partitions.get(tp)
@@ -132,6 +137,17 @@ class MetadataState:
                 raise InvalidStateTransitionError(
                     f"{record.topic_id_partition}: {source} -> {record.state.name} is not allowed"
                 )
+        elif isinstance(record, TopicTieringState):
+            current = self.topics.get(record.topic)
+            if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
+                raise InvalidStateTransitionError(
+                    f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
+        elif isinstance(record, RemoteLogStartOffset):
+            state = self.partitions.get(record.topic_id_partition)
+            if state is not None and record.log_start_offset < state.log_start_offset:
+                raise InvalidStateTransitionError(
+                    f"{record.topic_id_partition}: log start cannot move back from {state.log_start_offset} "
+                    f"to {record.log_start_offset}")
         else:
             raise TypeError(f"not remote log metadata: {type(record).__name__}")
 
@@ -160,13 +176,22 @@ class MetadataState:
             if record.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
                 state.segments.clear()
                 state.changed()
+        elif isinstance(record, TopicTieringState):
+            self.topics[record.topic] = record
+        elif isinstance(record, RemoteLogStartOffset):
+            state = self.partition(record.topic_id_partition)
+            state.log_start_offset = max(state.log_start_offset, record.log_start_offset)
 
     def snapshot_records(self) -> Iterator[RemoteLogMetadata]:
         """Records that rebuild this state when applied in order (for compaction/snapshots)."""
+        for _, topic in sorted(self.topics.items()):
+            yield topic
         for tp, state in sorted(self.partitions.items()):
             yield from sorted(state.segments.values(), key=lambda s: (s.start_offset, s.segment_id.id))
             if state.delete_state is not None:
                 yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
+            if state.log_start_offset > 0:
+                yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -179,7 +204,8 @@ class MetadataState:
         return state.finished() if state is not None else []
 
     def size_of_live_records(self) -> int:
-        return sum(len(s.segments) + (s.delete_state is not None) for s in self.partitions.values())
+        return len(self.topics) + sum(
+            len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) for s in self.partitions.values())
 
 
 class RemoteLogMetadataManager(ABC):
@@ -229,7 +255,29 @@ class RemoteLogMetadataManager(ABC):
         """Move a partition along DELETE_PARTITION_MARKED -> STARTED -> FINISHED."""
         self._write(metadata)
 
+    def put_topic_tiering_state(self, state: TopicTieringState) -> None:
+        """Record a topic's tiering configs and KIP-950 state (this proxy's extension)."""
+        self._write(state)
+
+    def put_remote_log_start_offset(self, tp: TopicIdPartition, offset: int, event_timestamp_ms: int) -> None:
+        """Raise ``tp``'s remote log start (DeleteRecords); it never moves back."""
+        self._write(RemoteLogStartOffset(tp, offset, event_timestamp_ms))
+
     # --- reads -----------------------------------------------------------------------------
+
+    def topic_tiering_state(self, topic: str) -> TopicTieringState | None:
+        with self._lock:
+            return self._state.topics.get(topic)
+
+    def topic_tiering_states(self) -> dict[str, TopicTieringState]:
+        with self._lock:
+            return dict(self._state.topics)
+
+    def remote_log_start_offset(self, tp: TopicIdPartition) -> int:
+        """The floor DeleteRecords set for ``tp`` (0 when none)."""
+        with self._lock:
+            state = self._state.partitions.get(tp)
+            return state.log_start_offset if state is not None else 0
 
     def remote_log_segment_metadata(
         self, tp: TopicIdPartition, epoch_for_offset: int, offset: int
@@ -245,7 +293,10 @@ class RemoteLogMetadataManager(ABC):
     def segment_for_offset(self, tp: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The copied segment holding ``offset``, whatever its epoch (what a consumer read needs)."""
         with self._lock:
-            finished = self._state.finished(tp)
+            state = self._state.partitions.get(tp)
+            if state is None or offset < state.log_start_offset:
+                return None
+            finished = state.finished()
             i = bisect.bisect_right([s.start_offset for s in finished], offset) - 1
             if i >= 0 and finished[i].end_offset >= offset:
                 return finished[i]
@@ -305,6 +356,20 @@ class RemoteLogMetadataManager(ABC):
     def partitions(self) -> list[TopicIdPartition]:
         with self._lock:
             return sorted(self._state.partitions)
+
+    def readable_partitions(self) -> list[TopicIdPartition]:
+        """Partitions whose remote data clients may read: not being deleted, of the topic's
+        current incarnation (its id), and not disabled with the ``delete`` policy."""
+        with self._lock:
+            readable = []
+            for tp, state in self._state.partitions.items():
+                if state.delete_state is not None:
+                    continue
+                topic = self._state.topics.get(tp.topic)
+                if topic is not None and (topic.topic_id != tp.topic_id or not topic.remote_readable):
+                    continue
+                readable.append(tp)
+            return sorted(readable)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
         """True when the store has caught up on ``tp``'s metadata."""

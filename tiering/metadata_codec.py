@@ -7,16 +7,21 @@ from __future__ import annotations
 from protocol import metadata_records as mr
 from protocol.errors import ProtocolError
 from tiering.model import (
+    DisablePolicy,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
+    TieringState,
     TopicIdPartition,
+    TopicTieringState,
 )
 
-RemoteLogMetadata = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+                     | TopicTieringState | RemoteLogStartOffset)
 
 
 def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
@@ -68,6 +73,23 @@ def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
             event_timestamp_ms=metadata.event_timestamp_ms,
             remote_partition_delete_state=int(metadata.state),
         )
+    if isinstance(metadata, TopicTieringState):
+        return mr.TopicTieringStateRecord(
+            topic_name=metadata.topic,
+            topic_id=metadata.topic_id,
+            deleted=metadata.deleted,
+            tiered_epoch=metadata.tiered_epoch,
+            tiering_state=-1 if metadata.state is None else int(metadata.state),
+            disable_policy=int(metadata.disable_policy),
+            configs=tuple(mr.TopicConfigEntry(k, v) for k, v in metadata.configs),
+            event_timestamp_ms=metadata.event_timestamp_ms,
+        )
+    if isinstance(metadata, RemoteLogStartOffset):
+        return mr.RemoteLogStartOffsetRecord(
+            topic_id_partition=_tp_entry(metadata.topic_id_partition),
+            log_start_offset=metadata.log_start_offset,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+        )
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 
@@ -103,6 +125,23 @@ def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
                 state=RemotePartitionDeleteState(record.remote_partition_delete_state),
                 event_timestamp_ms=record.event_timestamp_ms,
                 broker_id=record.broker_id,
+            )
+        if isinstance(record, mr.TopicTieringStateRecord):
+            return TopicTieringState(
+                topic=record.topic_name,
+                topic_id=record.topic_id,
+                tiered_epoch=record.tiered_epoch,
+                state=None if record.tiering_state < 0 else TieringState(record.tiering_state),
+                disable_policy=DisablePolicy(record.disable_policy),
+                configs=tuple((c.name, c.value) for c in record.configs),
+                deleted=record.deleted,
+                event_timestamp_ms=record.event_timestamp_ms,
+            )
+        if isinstance(record, mr.RemoteLogStartOffsetRecord):
+            return RemoteLogStartOffset(
+                topic_id_partition=_tp(record.topic_id_partition),
+                log_start_offset=record.log_start_offset,
+                event_timestamp_ms=record.event_timestamp_ms,
             )
     except ProtocolError:
         raise

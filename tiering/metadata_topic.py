@@ -27,13 +27,14 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from protocol.errors import ProtocolError
-from tiering.metadata import MetadataState, RemoteLogMetadata, RemoteLogMetadataManager
+from tiering.metadata import RemoteLogMetadata, RemoteLogMetadataManager
 from tiering.metadata_codec import deserialize, metadata_partition, serialize
 from tiering.metadata_file import frame, fsync_dir, read_journal
 from tiering.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     TopicIdPartition,
+    TopicTieringState,
 )
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ def _user_partition(record: RemoteLogMetadata) -> TopicIdPartition:
         return record.topic_id_partition
     if isinstance(record, RemoteLogSegmentMetadataUpdate):
         return record.segment_id.topic_id_partition
+    if isinstance(record, TopicTieringState):
+        return TopicIdPartition(record.topic_id, record.topic, 0)  # a topic's records sit with its partition 0
     return record.topic_id_partition
 
 
@@ -125,8 +128,13 @@ class TopicMetadataStore(RemoteLogMetadataManager):
 
     def _reset_partition(self, partition: int) -> None:
         with self._lock:
-            for tp in [tp for tp in self._state.partitions if metadata_partition(tp, self.partitions_count) == partition]:
+            def here(tp: TopicIdPartition) -> bool:
+                return metadata_partition(tp, self.partitions_count) == partition
+
+            for tp in [tp for tp in self._state.partitions if here(tp)]:
                 del self._state.partitions[tp]
+            for name in [n for n, t in self._state.topics.items() if here(TopicIdPartition(t.topic_id, n, 0))]:
+                del self._state.topics[name]
 
     # --- the consumer thread -------------------------------------------------------------------
 
@@ -197,9 +205,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
     def write_snapshots(self) -> None:
         with self._lock:
             by_partition: dict[int, list[RemoteLogMetadata]] = {p: [] for p in range(self.partitions_count)}
-            state = MetadataState()
-            state.partitions = self._state.partitions
-            for record in state.snapshot_records():
+            for record in self._state.snapshot_records():
                 by_partition[metadata_partition(_user_partition(record), self.partitions_count)].append(record)
             positions = dict(self._positions)
         for partition, records in by_partition.items():

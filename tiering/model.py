@@ -142,3 +142,65 @@ class LogSegmentData:
     leader_epoch_index: bytes
     producer_snapshot: bytes = b""
     extra: dict[str, bytes] = field(default_factory=dict)
+
+
+class TieringState(enum.IntEnum):
+    """KIP-950's per-topic tiered storage states."""
+
+    ENABLED = 0
+    DISABLING = 1
+    DISABLED = 2
+
+
+class DisablePolicy(enum.IntEnum):
+    """``remote.log.disable.policy``: what happens to remote data when tiering is disabled."""
+
+    RETAIN = 0
+    DELETE = 1
+
+    @property
+    def config_value(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class TopicTieringState:
+    """A topic's tiering settings that brokers do not keep (``configs``: the tiering keys set on
+    the topic) and its KIP-950 lifecycle. ``tiered_epoch`` grows with every enable and disable,
+    fencing work started under an earlier one. ``topic_id`` is the broker's id, or one the proxy
+    assigned for brokers without topic ids, so a topic recreated under the same name is new."""
+
+    topic: str
+    topic_id: uuid.UUID
+    tiered_epoch: int = 0
+    state: TieringState | None = None  # None: tiering never enabled
+    disable_policy: DisablePolicy = DisablePolicy.RETAIN
+    configs: tuple[tuple[str, str], ...] = ()
+    deleted: bool = False
+    event_timestamp_ms: int = 0
+
+    @property
+    def config_map(self) -> dict[str, str]:
+        return dict(self.configs)
+
+    @property
+    def remote_readable(self) -> bool:
+        """Whether remote data of this topic may be served (not after a delete-policy disable)."""
+        if self.deleted:
+            return False
+        return not (self.state in (TieringState.DISABLING, TieringState.DISABLED)
+                    and self.disable_policy == DisablePolicy.DELETE)
+
+    @property
+    def copying(self) -> bool:
+        return not self.deleted and self.state == TieringState.ENABLED
+
+
+@dataclass(frozen=True)
+class RemoteLogStartOffset:
+    """A partition's remote log start after DeleteRecords: offsets below it are gone, even where
+    a remote segment that straddles it still holds them."""
+
+    topic_id_partition: TopicIdPartition
+    log_start_offset: int
+    event_timestamp_ms: int

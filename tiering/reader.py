@@ -101,7 +101,10 @@ class RemoteReader:
     def log_start(self, tp: TopicIdPartition) -> int | None:
         """``Rx``: the first offset the remote tier holds, or None."""
         segments = self.rlmm.copied_segments(tp)
-        return segments[0].start_offset if segments else None
+        if not segments:
+            return None
+        start = max(segments[0].start_offset, self.rlmm.remote_log_start_offset(tp))
+        return start if start <= segments[-1].end_offset else None
 
     def log_end(self, tp: TopicIdPartition) -> int | None:
         """``Ry``: the last offset the remote tier holds, or None."""
@@ -220,8 +223,9 @@ class RemoteReader:
     def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` in the remote
         tier, or None when no remote record is that new."""
+        floor = self.rlmm.remote_log_start_offset(tp)
         for segment in self.rlmm.copied_segments(tp):
-            if segment.max_timestamp_ms < timestamp:
+            if segment.max_timestamp_ms < timestamp or segment.end_offset < floor:
                 continue
             time_index = self.indexes.get(self.rsm, segment, IndexType.TIMESTAMP)
             start = lookup_offset_for_timestamp(time_index, segment.start_offset, timestamp)
@@ -238,7 +242,7 @@ class RemoteReader:
                     if header.max_timestamp < timestamp or header.is_control:
                         continue
                     for record in decode_records(batch):
-                        if record.timestamp >= timestamp:
+                        if record.timestamp >= timestamp and record.offset >= floor:
                             return record.offset, record.timestamp
         return None
 

@@ -14,13 +14,17 @@ from protocol import remote_formats as rf
 from protocol.errors import ProtocolError
 from tiering import metadata_codec
 from tiering.model import (
+    DisablePolicy,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
+    TieringState,
     TopicIdPartition,
+    TopicTieringState,
 )
 
 INT32 = 2**31 - 1
@@ -162,6 +166,13 @@ records_st = st.one_of(
               st.sampled_from(list(RemoteLogSegmentState)), st.integers(-1, 100), st.none() | st.binary(max_size=128)),
     st.builds(RemotePartitionDeleteMetadata, tps, st.sampled_from(list(RemotePartitionDeleteState)),
               st.integers(0, 2**45), st.integers(-1, 100)),
+    # This proxy's own records: a topic's tiering configs and KIP-950 state, a partition's log start.
+    st.builds(TopicTieringState, st.from_regex(r"[a-zA-Z0-9._-]{1,40}", fullmatch=True), uuids,
+              st.integers(0, 2**31 - 1), st.none() | st.sampled_from(list(TieringState)),
+              st.sampled_from(list(DisablePolicy)),
+              st.lists(st.tuples(st.text(max_size=30), st.text(max_size=30)), max_size=5).map(tuple),
+              st.booleans(), st.integers(0, 2**45)),
+    st.builds(RemoteLogStartOffset, tps, st.integers(0, 2**62), st.integers(0, 2**45)),
 )
 
 

@@ -1,0 +1,442 @@
+"""Tiering through Kafka's own admin APIs: the proxy's part of CreateTopics, DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DeleteTopics and DescribeLogDirs.
+
+The tiering keys (``tiering.topic_configs.TIERING_KEYS``) are taken out of every request and kept
+in the metadata store; the rest of the request goes to the broker, which also checks that the
+topic exists and that the client may alter it. Tiering values are recorded only for resources the
+broker accepted, so a refused request changes nothing. Resources the proxy refuses itself
+(invalid tiering values, KIP-950's disablement in progress) are not forwarded and are answered in
+their place in the response.
+
+DeleteRecords moves the remote log start too (segments wholly below it are deleted by the
+copier); DeleteTopics marks the topic's remote partitions for deletion, which the remote log
+manager carries out. DescribeLogDirs gains one log dir for the remote tier (``remote:`` plus the
+storage URI): per partition the remote bytes and the tiering lag in offsets, plus, in tagged
+fields only this proxy's ``describe`` reads, the segment count and the KIP-950 state.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocol.apis import (
+    ALTER_CONFIGS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    Api,
+)
+from protocol.errors import ErrorCode
+from protocol.headers import (
+    decode_request_header,
+    decode_response_header,
+    encode_request_header,
+    encode_response_header,
+)
+from proxy.connection import ClientConnection, Forward
+from tiering.broker_client import BrokerClient, BrokerClientError
+from tiering.model import TopicIdPartition, TopicTieringState
+from tiering.service import TieringService
+from tiering.topic_configs import (
+    REMOTE_STORAGE_ENABLE,
+    TIERING_KEYS,
+    TopicConfigError,
+    describe,
+    is_enabled,
+    transition,
+    validate,
+)
+
+if TYPE_CHECKING:
+    from proxy.server import Proxy
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_LOG_DIRS = 35
+TOPIC_RESOURCE = 2
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+# Tagged fields of the remote log dir in DescribeLogDirs (v2+), read by ``tiered-proxy describe``.
+TAG_SEGMENT_COUNT = 10_000  # per partition: int32
+TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch"
+_I32 = struct.Struct(">i")
+# Configs a tiering validation needs from the broker's side of the topic.
+_RELATED = ("cleanup.policy", "retention.ms", "retention.bytes")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TopicAdmin:
+    def __init__(self, proxy: Proxy, tiering: TieringService) -> None:
+        self.proxy = proxy
+        self.tiering = tiering
+        self.defaults = tiering.manager.config
+        bootstrap = ",".join(f"{h}:{p}" for h, p in proxy.config.bootstrap_servers)
+        self._broker = BrokerClient(bootstrap)
+        self._broker_lock = threading.Lock()  # one request at a time on the helper client
+        for key, hook in ((CREATE_TOPICS, self.on_create_topics), (DELETE_TOPICS, self.on_delete_topics),
+                          (DELETE_RECORDS, self.on_delete_records), (DESCRIBE_CONFIGS, self.on_describe_configs),
+                          (ALTER_CONFIGS, self.on_alter_configs),
+                          (INCREMENTAL_ALTER_CONFIGS, self.on_incremental_alter_configs),
+                          (DESCRIBE_LOG_DIRS, self.on_describe_log_dirs)):
+            proxy.register_hook(key, hook)
+
+    def close(self) -> None:
+        self._broker.close()
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _decode(spec: Api, version: int, view: memoryview) -> tuple[Any, dict[str, Any]]:
+        header, pos = decode_request_header(view, spec.request_header_version(version))
+        return header, spec.request_codec(version).decode(view[pos:])
+
+    @staticmethod
+    def _frame(spec: Api, version: int, header: Any, request: dict[str, Any]) -> bytes:
+        return encode_request_header(header, spec.request_header_version(version)) + spec.request_codec(version).encode(request)
+
+    @staticmethod
+    def _answer(spec: Api, version: int, corr: int, body: dict[str, Any]) -> bytes:
+        return encode_response_header(corr, spec.response_header_version(version)) + spec.response_codec(version).encode(body)
+
+    @staticmethod
+    def _response(spec: Api, version: int, frame: memoryview) -> dict[str, Any]:
+        _, pos = decode_response_header(frame, spec.response_header_version(version))
+        return spec.response_codec(version).decode(frame[pos:])
+
+    async def _broker_call(self, call: Callable[[BrokerClient], Any]) -> Any:
+        def run() -> Any:
+            with self._broker_lock:
+                return call(self._broker)
+        return await trio.to_thread.run_sync(run)
+
+    async def _store(self, call: Callable[[], Any]) -> Any:
+        return await trio.to_thread.run_sync(call)
+
+    def _current(self, topic: str) -> TopicTieringState | None:
+        state = self.tiering.metadata.topic_tiering_state(topic)
+        return None if state is None or state.deleted else state
+
+    # --- CreateTopics ----------------------------------------------------------------------------
+
+    async def on_create_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                               view: memoryview) -> bytes | Forward | None:
+        header, request = self._decode(spec, version, view)
+        refused: dict[str, tuple[ErrorCode, str]] = {}
+        ours: dict[str, dict[str, str]] = {}
+        for topic in request["topics"]:
+            values = {c["name"]: c["value"] for c in topic["configs"] if c["name"] in TIERING_KEYS and c["value"] is not None}
+            if not values and not self.defaults.tier_all_topics:
+                continue
+            others = {c["name"]: c["value"] for c in topic["configs"] if c["name"] in _RELATED}
+            try:
+                validate(values, others, self.defaults)
+            except TopicConfigError as e:
+                refused[topic["name"]] = (e.code, e.message)
+                continue
+            ours[topic["name"]] = values
+            topic["configs"] = [c for c in topic["configs"] if c["name"] not in TIERING_KEYS]
+        if not refused and not ours:
+            return None
+        order = [t["name"] for t in request["topics"]]
+        request["topics"] = [t for t in request["topics"] if t["name"] not in refused]
+        validate_only = bool(request.get("validate_only"))
+
+        def refusal(name: str) -> dict[str, Any]:
+            code, message = refused[name]
+            return {"name": name, "topic_id": bytes(16), "error_code": code, "error_message": message,
+                    "num_partitions": -1, "replication_factor": -1, "configs": None}
+
+        if not request["topics"]:
+            return self._answer(spec, version, corr, {"throttle_time_ms": 0, "topics": [refusal(n) for n in order]})
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes:
+            response = self._response(spec, version, frame)
+            for result in response["topics"]:
+                name = result["name"]
+                if name not in ours or result["error_code"] != ErrorCode.NONE:
+                    continue
+                if not validate_only:
+                    broker_id = uuid.UUID(bytes=bytes(result.get("topic_id") or bytes(16)))
+                    if broker_id.int == 0:  # CreateTopics before v7 carries no id; the broker may have one
+                        broker_id = await self._broker_topic_id(name)
+                    await self._store(lambda n=name, i=broker_id: self._created(n, i, ours[n]))
+                if result.get("configs") is not None:
+                    result["configs"] = [c for c in result["configs"] if c["name"] not in TIERING_KEYS] + [
+                        {"name": d.name, "value": d.value, "read_only": False, "config_source": d.source,
+                         "is_sensitive": False} for d in describe(ours[name], self.defaults)]
+            answered = {r["name"]: r for r in response["topics"]}
+            response["topics"] = [answered[n] if n in answered else refusal(n) for n in order if n in answered or n in refused]
+            return self._answer(spec, version, corr, response)
+
+        return Forward(self._frame(spec, version, header, request), rewrite)
+
+    async def _broker_topic_id(self, name: str) -> uuid.UUID:
+        try:
+            info = (await self._broker_call(lambda b: b.metadata([name]))).get(name)
+        except BrokerClientError as e:
+            log.warning("cannot read the id of new topic %s: %s", name, e)
+            info = None
+        return info.topic_id if info is not None else uuid.UUID(int=0)
+
+    def _created(self, name: str, broker_id: uuid.UUID, values: dict[str, str]) -> None:
+        """A new topic: whatever the store still holds under its name is an older incarnation."""
+        manager = self.tiering.manager
+        manager.mark_topic_deleted(name)
+        topic_id = manager.resolve_topic_id(name, broker_id, new_incarnation=True)
+        state = transition(None, name, topic_id, values, self.defaults, _now_ms(), enable_named=True)
+        self.tiering.metadata.put_topic_tiering_state(state)
+        log.info("topic %s created with tiering %s", name, "enabled" if is_enabled(values, self.defaults) else "off")
+        manager.wake()
+
+    # --- DescribeConfigs -------------------------------------------------------------------------
+
+    async def on_describe_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                                  view: memoryview) -> bytes | Forward | None:
+        header, request = self._decode(spec, version, view)
+        asked: dict[str, list[str] | None] = {}
+        for r in request["resources"]:
+            if r["resource_type"] == TOPIC_RESOURCE:
+                asked[r["resource_name"]] = r["configuration_keys"]
+                r["configuration_keys"] = None  # all of them (Tansu drops the connection on named keys)
+        if not asked:
+            return None
+        synonyms = bool(request.get("include_synonyms"))
+        documentation = bool(request.get("include_documentation"))
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes:
+            response = self._response(spec, version, frame)
+            for result in response["results"]:
+                name = result["resource_name"]
+                if result["resource_type"] != TOPIC_RESOURCE or name not in asked or result["error_code"] != ErrorCode.NONE:
+                    continue
+                state = self._current(name)
+                values = state.config_map if state is not None else {}
+                configs = [c for c in result["configs"] if c["name"] not in TIERING_KEYS]
+                for d in describe(values, self.defaults):
+                    configs.append({
+                        "name": d.name, "value": d.value, "read_only": False, "config_source": d.source,
+                        "is_default": d.is_default, "is_sensitive": False, "config_type": d.config_type,
+                        "documentation": d.documentation if documentation else None,
+                        "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in d.synonyms] if synonyms else [],
+                    })
+                keys = asked[name]
+                if keys is not None:
+                    configs = [c for c in configs if c["name"] in keys]
+                result["configs"] = configs
+            return self._answer(spec, version, corr, response)
+
+        return Forward(self._frame(spec, version, header, request), rewrite)
+
+    # --- AlterConfigs / IncrementalAlterConfigs --------------------------------------------------
+
+    async def on_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                               view: memoryview) -> bytes | Forward | None:
+        return await self._alter(spec, version, corr, view, incremental=False)
+
+    async def on_incremental_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                                           view: memoryview) -> bytes | Forward | None:
+        return await self._alter(spec, version, corr, view, incremental=True)
+
+    async def _alter(self, spec: Api, version: int, corr: int, view: memoryview, *,
+                     incremental: bool) -> bytes | Forward | None:
+        header, request = self._decode(spec, version, view)
+        topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
+                  and any(c["name"] in TIERING_KEYS for c in r["configs"])]
+        if not incremental:
+            # AlterConfigs replaces every config: removing a tiering key counts as changing it.
+            topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
+                      and (any(c["name"] in TIERING_KEYS for c in r["configs"]) or self._current(r["resource_name"]))]
+        if not topics:
+            return None
+        names = [r["resource_name"] for r in topics]
+        try:
+            broker_configs = await self._broker_call(lambda b: b.topic_configs(names))
+            broker_topics = await self._broker_call(lambda b: b.metadata(names))
+        except BrokerClientError as e:
+            log.warning("cannot read topic configs for an alteration: %s", e)
+            broker_configs, broker_topics = {}, {}
+        refused: dict[str, tuple[ErrorCode, str]] = {}
+        planned: dict[str, TopicTieringState] = {}
+        now = _now_ms()
+        for r in topics:
+            name = r["resource_name"]
+            current = self._current(name)
+            values = dict(current.config_map) if current is not None and incremental else {}
+            related = {k: v for k, v in broker_configs.get(name, {}).items() if k in _RELATED}
+            named = False
+            try:
+                for c in r["configs"]:
+                    op = c.get("config_operation", OP_SET) if incremental else OP_SET
+                    target = values if c["name"] in TIERING_KEYS else related if c["name"] in _RELATED else None
+                    if target is None:
+                        continue
+                    named |= c["name"] == REMOTE_STORAGE_ENABLE
+                    if op == OP_SET:
+                        target[c["name"]] = c["value"]
+                    elif op == OP_DELETE:
+                        target.pop(c["name"], None)
+                    elif c["name"] in TIERING_KEYS:
+                        raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for "
+                                                                         f"config key {c['name']}")
+                if not incremental and current is not None:
+                    named |= current.config_map.get(REMOTE_STORAGE_ENABLE) != values.get(REMOTE_STORAGE_ENABLE)
+                validate({k: v for k, v in values.items() if v is not None}, related, self.defaults)
+                info = broker_topics.get(name)
+                if info is None:
+                    continue  # the broker answers for a topic it does not have
+                topic_id = await self._store(lambda n=name, i=info.topic_id: self.tiering.manager.resolve_topic_id(n, i))
+                planned[name] = transition(current, name, topic_id, values, self.defaults, now, enable_named=named)
+            except TopicConfigError as e:
+                refused[name] = (e.code, e.message)
+                continue
+            r["configs"] = [c for c in r["configs"] if c["name"] not in TIERING_KEYS]
+        order = [(r["resource_type"], r["resource_name"]) for r in request["resources"]]
+        request["resources"] = [r for r in request["resources"]
+                                if not (r["resource_type"] == TOPIC_RESOURCE and r["resource_name"] in refused)]
+        validate_only = bool(request.get("validate_only"))
+
+        def refusal(name: str) -> dict[str, Any]:
+            code, message = refused[name]
+            return {"error_code": code, "error_message": message, "resource_type": TOPIC_RESOURCE, "resource_name": name}
+
+        if not request["resources"]:
+            return self._answer(spec, version, corr, {"throttle_time_ms": 0,
+                                                      "responses": [refusal(n) for _, n in order]})
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes:
+            response = self._response(spec, version, frame)
+            for result in response["responses"]:
+                name = result["resource_name"]
+                if (result["resource_type"] == TOPIC_RESOURCE and name in planned
+                        and result["error_code"] == ErrorCode.NONE and not validate_only):
+                    state = planned[name]
+                    await self._store(lambda s=state: self.tiering.metadata.put_topic_tiering_state(s))
+                    log.info("topic %s: tiering configs %s, state %s (tiered epoch %d)", name, dict(state.configs),
+                             state.state.name if state.state is not None else "off", state.tiered_epoch)
+                    self.tiering.manager.wake()
+            answered = {(r["resource_type"], r["resource_name"]): r for r in response["responses"]}
+            response["responses"] = [answered[k] if k in answered else refusal(k[1]) for k in order
+                                     if k in answered or k[1] in refused]
+            return self._answer(spec, version, corr, response)
+
+        return Forward(self._frame(spec, version, header, request), rewrite)
+
+    # --- DeleteRecords ---------------------------------------------------------------------------
+
+    async def on_delete_records(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                                view: memoryview) -> bytes | Forward | None:
+        _, request = self._decode(spec, version, view)
+        tiered = {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.readable_partitions()}
+        targets = {(t["name"], p["partition_index"]): p["offset"] for t in request["topics"] for p in t["partitions"]
+                   if (t["name"], p["partition_index"]) in tiered}
+        if not targets:
+            return None
+        reader = self.proxy.tiered_reads.reader if self.proxy.tiered_reads is not None else None
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes:
+            response = self._response(spec, version, frame)
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    key = (t["name"], p["partition_index"])
+                    if key not in targets or p["error_code"] != ErrorCode.NONE:
+                        continue
+                    tp = tiered[key]
+                    wanted = targets[key] if targets[key] >= 0 else p["low_watermark"]  # -1: up to the high watermark
+                    rx = reader.log_start(tp) if reader is not None else None
+                    if rx is not None and wanted > rx:
+                        await self._store(lambda tp=tp, w=wanted: self.tiering.metadata.put_remote_log_start_offset(
+                            tp, w, _now_ms()))
+                        log.info("DeleteRecords moved %s remote log start %d -> %d", tp, rx, wanted)
+                        self.tiering.manager.wake()
+                    if rx is not None:
+                        p["low_watermark"] = max(rx, wanted)
+            return self._answer(spec, version, corr, response)
+
+        return Forward(view, rewrite)
+
+    # --- DeleteTopics ----------------------------------------------------------------------------
+
+    async def on_delete_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                               view: memoryview) -> bytes | Forward | None:
+        async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
+            response = self._response(spec, version, frame)
+            for result in response["responses"]:
+                if result["error_code"] != ErrorCode.NONE:
+                    continue
+                name = result.get("name")
+                raw_id = result.get("topic_id")
+                topic_id = uuid.UUID(bytes=bytes(raw_id)) if raw_id and bytes(raw_id) != bytes(16) else None
+                if name is None and topic_id is not None:
+                    name = next((tp.topic for tp in self.tiering.metadata.partitions() if tp.topic_id == topic_id), None)
+                if name is not None:
+                    # Every incarnation the store knows under this name is gone now.
+                    await self._store(lambda n=name: self.tiering.manager.mark_topic_deleted(n))
+                    self.tiering.manager.wake()
+            return frame
+
+        return Forward(view, rewrite)
+
+    # --- DescribeLogDirs -------------------------------------------------------------------------
+
+    async def on_describe_log_dirs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
+                                   view: memoryview) -> bytes | Forward | None:
+        _, request = self._decode(spec, version, view)
+        wanted = None if request["topics"] is None else {
+            (t["topic"], p) for t in request["topics"] for p in t["partitions"]}
+        assert conn.versions is not None
+        if DESCRIBE_LOG_DIRS not in conn.versions.ranges:
+            body = {"throttle_time_ms": 0, "error_code": 0, "results": [self._remote_log_dir(wanted, version)]}
+            return self._answer(spec, version, corr, body)
+
+        async def rewrite(frame: memoryview, _corr: int) -> bytes:
+            response = self._response(spec, version, frame)
+            response["results"].append(self._remote_log_dir(wanted, version))
+            return self._answer(spec, version, corr, response)
+
+        return Forward(view, rewrite)
+
+    def _remote_log_dir(self, wanted: set[tuple[str, int]] | None, version: int) -> dict[str, Any]:
+        metadata = self.tiering.metadata
+        lag = self.tiering.manager.lag()
+        by_topic: dict[str, list[TopicIdPartition]] = {}
+        for tp in metadata.readable_partitions():
+            if wanted is None or (tp.topic, tp.partition) in wanted:
+                by_topic.setdefault(tp.topic, []).append(tp)
+        for tp in lag:
+            if (wanted is None or (tp.topic, tp.partition) in wanted) and tp not in by_topic.get(tp.topic, []):
+                by_topic.setdefault(tp.topic, []).append(tp)
+        topics = []
+        total = 0
+        for name, tps in sorted(by_topic.items()):
+            state = self._current(name)
+            partitions = []
+            for tp in sorted(tps, key=lambda t: t.partition):
+                segments = metadata.copied_segments(tp)
+                size = sum(s.segment_size_bytes for s in segments)
+                total += size
+                entry: dict[str, Any] = {"partition_index": tp.partition, "partition_size": size,
+                                         "offset_lag": lag.get(tp, 0), "is_future_key": False}
+                if version >= 2:
+                    entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: _I32.pack(len(segments))}
+                partitions.append(entry)
+            topic: dict[str, Any] = {"name": name, "partitions": partitions}
+            if version >= 2 and state is not None:
+                text = (f"{state.state.name if state.state is not None else 'NONE'} "
+                        f"{state.disable_policy.config_value} {state.tiered_epoch}")
+                topic["_unknown_tags"] = {TAG_TIERING_STATE: text.encode()}
+            topics.append(topic)
+        return {"error_code": 0, "log_dir": f"remote:{self.tiering.storage_uri}", "topics": topics,
+                "total_bytes": total, "usable_bytes": -1, "is_cordoned": False}
+

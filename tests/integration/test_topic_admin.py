@@ -1,0 +1,226 @@
+"""Operating tiering per topic with Kafka's own admin clients through the proxy (KIP-950, KIP-917,
+deletes), against both test brokers: every step is checked on the remote tier (the proxy's
+metadata journal and storage folder) and in what consumers read through the proxy."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ErrorCode
+from tests.admin_clients import ADMIN_CLIENTS, Admin, AdminError
+from tests.clients import consume_records
+from tests.proxy_process import ProxyProcess, start_proxy
+from tests.tiering_checks import wait_until
+from tiering.broker_client import EARLIEST, BrokerClient
+from tiering.metadata import MetadataState
+from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.model import RemoteLogSegmentMetadata, RemotePartitionDeleteState, TieringState, TopicIdPartition
+
+PARTITIONS = 2
+BATCH = 3000  # messages per produce round
+CONSUMER = {"kafka-python": "kafka-python", "confluent": "confluent"}
+
+
+class Tier:
+    """What the proxy's embedded metadata store and remote folder hold, read from disk."""
+
+    def __init__(self, proxy: ProxyProcess, data_dir: Path) -> None:
+        self.proxy = proxy
+        self.data_dir = data_dir
+
+    def state(self) -> MetadataState:
+        state = MetadataState()
+        path = self.data_dir / "metadata" / JOURNAL_NAME
+        for record in read_journal(path.read_bytes())[0]:
+            state.apply(record)
+        return state
+
+    def topic_state(self, topic: str):  # noqa: ANN201 - TopicTieringState | None
+        return self.state().topics.get(topic)
+
+    def partitions(self, topic: str) -> list[TopicIdPartition]:
+        state = self.state()
+        current = state.topics.get(topic)
+        return sorted(tp for tp, p in state.partitions.items() if tp.topic == topic and p.delete_state is None
+                      and (current is None or current.topic_id == tp.topic_id))
+
+    def segments(self, topic: str) -> dict[int, list[RemoteLogSegmentMetadata]]:
+        state = self.state()
+        return {tp.partition: state.finished(tp) for tp in self.partitions(topic)}
+
+    def remote_end(self, topic: str) -> dict[int, int]:
+        return {p: s[-1].end_offset for p, s in self.segments(topic).items() if s}
+
+    def log_objects(self, topic: str) -> list[Path]:
+        return sorted((self.data_dir / "remote").glob(f"**/{topic}-*/**/*.log"))
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"value-{i}-".encode() + random.randbytes(120), partition=i % PARTITIONS)
+        if i % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def values_read(client: str, bootstrap: str, topic: str, expected: int) -> dict[int, list[tuple[int, bytes]]]:
+    records = consume_records(CONSUMER[client], bootstrap, topic, PARTITIONS, expected, timeout=90)
+    return {p: [(r.offset, r.value) for r in rs] for p, rs in records.items()}
+
+
+def check_read(client: str, proxy: ProxyProcess, topic: str, first: int, last: int, starts: dict[int, int]) -> None:
+    """A consumer from the beginning gets messages ``first..last`` (those at or past each
+    partition's ``starts``), each exactly once, in order, at consecutive offsets."""
+    wanted = {p: [i for i in range(first, last + 1) if i % PARTITIONS == p] for p in range(PARTITIONS)}
+    expected = sum(len(v) for v in wanted.values()) - sum(starts.values())
+    got = values_read(client, proxy.bootstrap, topic, expected)
+    for p in range(PARTITIONS):
+        offsets = [o for o, _ in got.get(p, [])]
+        assert offsets == list(range(starts[p], starts[p] + len(offsets))), (p, offsets[:5])
+        assert [v.split(b"-", 2)[1] for _, v in got.get(p, [])] == [str(i).encode() for i in wanted[p][starts[p]:]]
+
+
+def earliest(proxy: ProxyProcess, topic: str, broker: str | None = None) -> dict[int, int]:
+    client = BrokerClient(broker or proxy.bootstrap)
+    try:
+        leader = client.metadata([topic])[topic].partitions[0].leader
+        return {p: client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)}
+    finally:
+        client.close()
+
+
+@pytest.fixture(params=["noida", "tansu"])
+def setup(request, tmp_path_factory):
+    """A proxy of its own (local folder, embedded store) in front of the session's broker."""
+    broker = request.getfixturevalue(request.param)
+    work = tmp_path_factory.mktemp(f"admin-{request.param}")
+    proxy = start_proxy(broker.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
+                        "--set", "remote.log.manager.task.interval.ms=200")
+    yield broker, proxy, Tier(proxy, work / "data")
+    proxy.stop()
+
+
+@pytest.mark.parametrize("admin_client", ADMIN_CLIENTS)
+def test_tiering_lifecycle_with_admin_tools(setup, admin_client, unique_name):
+    broker, proxy, tier = setup
+    noida = broker.kind == "noida"
+    topic = f"admin-{unique_name}"
+    admin = Admin(admin_client, proxy.bootstrap)
+    try:
+        _lifecycle(admin, admin_client, broker, proxy, tier, topic, noida)
+    finally:
+        admin.close()
+
+
+def _lifecycle(admin: Admin, client: str, broker, proxy: ProxyProcess, tier: Tier, topic: str, noida: bool) -> None:
+    configs = {"remote.storage.enable": "true", "segment.bytes": "16384", "segment.ms": "1000"}
+    if noida:  # the proxy moves noida-db's log start; Tansu never moves it
+        configs["local.retention.bytes"] = "32768"
+    admin.create_topic(topic, PARTITIONS, configs)
+
+    # Stored by the proxy, never sent to the broker; described the way a broker describes configs.
+    # (noida-db lists every config it knows, tiering keys included, with their defaults.)
+    at_broker = BrokerClient(broker.bootstrap).topic_configs([topic])[topic]
+    assert at_broker.get("remote.storage.enable") in (None, "false")
+    assert at_broker.get("local.retention.bytes") in (None, "-2")
+    described = admin.describe(topic)
+    assert (described["remote.storage.enable"].value, described["remote.storage.enable"].source) == ("true", 1)
+    assert described["remote.log.disable.policy"].value == "retain"
+    assert described["local.retention.bytes"].value == ("32768" if noida else "-2")
+    assert ("log.local.retention.bytes", "-2", 5) in described["local.retention.bytes"].synonyms
+
+    # Kafka's validation: refused requests change nothing.
+    with pytest.raises(AdminError) as refused:
+        admin.set_configs(topic, {"remote.log.disable.policy": "sometimes"})
+    assert refused.value.code == ErrorCode.INVALID_REQUEST and "retain or delete" in refused.value.message
+    with pytest.raises(AdminError) as refused:
+        admin.set_configs(topic, {"local.retention.ms": "7200000", "retention.ms": "3600000"})
+    assert refused.value.code == ErrorCode.INVALID_CONFIG
+    with pytest.raises(AdminError) as refused:
+        admin.create_topic(f"{topic}-compacted", 1, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    assert refused.value.code == ErrorCode.INVALID_CONFIG
+    assert f"{topic}-compacted" not in BrokerClient(broker.bootstrap).metadata()
+    assert tier.topic_state(topic).config_map.get("remote.log.disable.policy") is None
+
+    # Tiered: contiguous segments from 0; on noida the broker's log start moved past some of them.
+    produce(proxy.bootstrap, topic, 0, BATCH)
+    per_partition = BATCH // PARTITIONS
+    assert wait_until(lambda: all(e >= per_partition * 2 // 3 for e in tier.remote_end(topic).values())
+                      and len(tier.remote_end(topic)) == PARTITIONS, 60), tier.remote_end(topic)
+    if noida:
+        assert wait_until(lambda: min(earliest(proxy, topic, broker.bootstrap).values()) > 0, 60)
+    for segments in tier.segments(topic).values():
+        assert segments[0].start_offset == 0
+        assert all(a.end_offset + 1 == b.start_offset for a, b in zip(segments, segments[1:], strict=False))
+    check_read(client, proxy, topic, 0, BATCH - 1, dict.fromkeys(range(PARTITIONS), 0))
+    epoch = tier.topic_state(topic).tiered_epoch
+
+    # Disable, retain: copying stops, remote data stays readable.
+    admin.set_configs(topic, {"remote.storage.enable": "false"})
+    assert wait_until(lambda: tier.topic_state(topic).state == TieringState.DISABLED, 30)
+    assert tier.topic_state(topic).tiered_epoch == epoch + 1
+    ends = tier.remote_end(topic)
+    produce(proxy.bootstrap, topic, BATCH, BATCH)
+    time.sleep(3)  # many manager rounds
+    assert tier.remote_end(topic) == ends
+    check_read(client, proxy, topic, 0, 2 * BATCH - 1, dict.fromkeys(range(PARTITIONS), 0))
+
+    # Re-enable (KIP-950 scenario 3): copying continues right after Ry, offsets continuous.
+    admin.set_configs(topic, {"remote.storage.enable": "true"})
+    assert wait_until(lambda: tier.topic_state(topic).state == TieringState.ENABLED, 30)
+    assert tier.topic_state(topic).tiered_epoch == epoch + 2
+    assert wait_until(lambda: all(tier.remote_end(topic)[p] > ends[p] + per_partition // 2 for p in ends), 60)
+    for segments in tier.segments(topic).values():
+        assert segments[0].start_offset == 0
+        assert all(a.end_offset + 1 == b.start_offset for a, b in zip(segments, segments[1:], strict=False))
+
+    # Disable, delete: remote data unreadable at once (log start becomes Lx), then deleted.
+    admin.set_configs(topic, {"remote.log.disable.policy": "delete", "remote.storage.enable": "false"})
+    assert earliest(proxy, topic) == earliest(proxy, topic, broker.bootstrap)
+    assert wait_until(lambda: tier.topic_state(topic).state == TieringState.DISABLED, 30)
+    assert wait_until(lambda: not any(tier.segments(topic).values()) and not tier.log_objects(topic), 30)
+    lx = earliest(proxy, topic, broker.bootstrap)
+    check_read(client, proxy, topic, 0, 2 * BATCH - 1, lx)
+
+    # Re-enable after delete (scenario 1): tiering starts again from the brokers' log start.
+    admin.set_configs(topic, {"remote.storage.enable": "true"})
+    produce(proxy.bootstrap, topic, 2 * BATCH, BATCH)
+    assert wait_until(lambda: len(tier.remote_end(topic)) == PARTITIONS
+                      and all(e > lx[p] + per_partition // 2 for p, e in tier.remote_end(topic).items()), 60)
+    for p, segments in tier.segments(topic).items():
+        assert segments[0].start_offset == lx[p]
+    assert admin.describe(topic)["remote.log.disable.policy"].value == "delete"
+
+    if noida:
+        # DeleteRecords inside the remote range moves Rx; segments wholly below it go.
+        assert wait_until(lambda: min(earliest(proxy, topic, broker.bootstrap)[p] - lx[p] for p in lx) > 100, 60)
+        assert earliest(proxy, topic) == lx
+        target = {p: lx[p] + 50 for p in lx}
+        assert admin.delete_records(topic, target) == target
+        assert earliest(proxy, topic) == target
+        assert wait_until(lambda: all(s[0].end_offset >= target[p] for p, s in tier.segments(topic).items()), 30)
+        check_read(client, proxy, topic, 0, 3 * BATCH - 1, target)
+    else:
+        check_read(client, proxy, topic, 0, 3 * BATCH - 1, lx)
+
+    # DeleteTopics: the remote partitions are deleted; a topic recreated under the name is new.
+    admin.delete_topic(topic)
+    assert wait_until(lambda: topic not in BrokerClient(broker.bootstrap).metadata(), 30)
+    state = tier.state()
+    old = [tp for tp in state.partitions if tp.topic == topic]
+    assert wait_until(lambda: all(tier.state().partitions[tp].delete_state
+                                  == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED for tp in old), 30)
+    assert not tier.log_objects(topic)
+    admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
+                                           "segment.ms": "1000"})
+    produce(proxy.bootstrap, topic, 0, 20)
+    assert earliest(proxy, topic) == dict.fromkeys(range(PARTITIONS), 0)
+    check_read(client, proxy, topic, 0, 19, dict.fromkeys(range(PARTITIONS), 0))
+    assert tier.topic_state(topic).topic_id not in {tp.topic_id for tp in old}

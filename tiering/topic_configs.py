@@ -1,0 +1,180 @@
+"""Per-topic tiering configs the proxy keeps for the brokers, and the KIP-950 lifecycle they drive.
+
+Brokers without tiered storage know none of these keys, so the proxy keeps them in the metadata
+store (as :class:`tiering.model.TopicTieringState`) and never forwards them. This module holds the
+rules, with no I/O: validation as Kafka validates, how DescribeConfigs shows the keys, and the
+state change an alteration causes (ENABLED -> DISABLING -> DISABLED -> ENABLED, each step raising
+the tiered epoch).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from protocol.errors import ErrorCode
+from tiering.config import LOCAL_RETENTION_SAME_AS_TOTAL, TieringConfig
+from tiering.model import DisablePolicy, TieringState, TopicTieringState
+
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+LOCAL_RETENTION_MS = "local.retention.ms"
+LOCAL_RETENTION_BYTES = "local.retention.bytes"
+REMOTE_LOG_DISABLE_POLICY = "remote.log.disable.policy"
+TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES, REMOTE_LOG_DISABLE_POLICY)
+
+# Kafka's DescribeConfigs enums (ConfigSource, ConfigType).
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG = 1, 2, 5
+
+_DOCS = {
+    REMOTE_STORAGE_ENABLE: "To enable tiered storage for a topic, set this to true; set it to false to disable it "
+                           "(remote.log.disable.policy decides what happens to remote data). Kept by the proxy.",
+    LOCAL_RETENTION_MS: "How long the brokers keep a log segment that is already tiered, before the proxy moves "
+                        "their log start past it. -2: use retention.ms. Kept by the proxy.",
+    LOCAL_RETENTION_BYTES: "How many bytes of tiered data the brokers keep per partition before the proxy moves "
+                           "their log start past the oldest. -2: use retention.bytes. Kept by the proxy.",
+    REMOTE_LOG_DISABLE_POLICY: "What disabling tiered storage does to remote data: retain (stays readable, expires by "
+                               "retention.ms/bytes) or delete (unreadable at once, deleted in the background). "
+                               "Kept by the proxy.",
+}
+_TYPES = {REMOTE_STORAGE_ENABLE: TYPE_BOOLEAN, LOCAL_RETENTION_MS: TYPE_LONG, LOCAL_RETENTION_BYTES: TYPE_LONG,
+          REMOTE_LOG_DISABLE_POLICY: TYPE_STRING}
+
+
+class TopicConfigError(ValueError):
+    """An alteration Kafka would refuse; ``code`` is the wire error for the resource."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# KIP-950 names this TIERED_STORAGE_DISABLEMENT_IN_PROGRESS without a wire code. INVALID_CONFIG is
+# not retriable, so admin clients report it instead of retrying until the disablement finishes
+# (when the same request would then succeed as a no-op and hide the refusal).
+DISABLEMENT_IN_PROGRESS_CODE = ErrorCode.INVALID_CONFIG
+
+
+@dataclass(frozen=True)
+class DescribedConfig:
+    """One entry of a DescribeConfigs answer, as a broker describes its own configs."""
+
+    name: str
+    value: str | None
+    source: int
+    is_default: bool
+    config_type: int
+    documentation: str
+    synonyms: tuple[tuple[str, str | None, int], ...]  # (name, value, source), most specific first
+
+
+def proxy_defaults(defaults: TieringConfig) -> dict[str, tuple[str, str, bool]]:
+    """key -> (broker-level synonym, default value, whether the proxy's properties set it)."""
+    base = TieringConfig()
+    return {
+        REMOTE_STORAGE_ENABLE: ("proxy.tier.all.topics", "true" if defaults.tier_all_topics else "false",
+                                defaults.tier_all_topics),
+        LOCAL_RETENTION_MS: ("log.local.retention.ms", str(defaults.local_retention_ms),
+                             defaults.local_retention_ms != base.local_retention_ms),
+        LOCAL_RETENTION_BYTES: ("log.local.retention.bytes", str(defaults.local_retention_bytes),
+                                defaults.local_retention_bytes != base.local_retention_bytes),
+        REMOTE_LOG_DISABLE_POLICY: ("", "retain", False),
+    }
+
+
+def describe(topic_values: Mapping[str, str], defaults: TieringConfig) -> list[DescribedConfig]:
+    """The tiering keys of one topic as DescribeConfigs shows configs: the topic's own value
+    (DYNAMIC_TOPIC_CONFIG) or the default, with the broker-level synonym where there is one."""
+    described = []
+    for key, (synonym, default, set_in_properties) in proxy_defaults(defaults).items():
+        default_source = SOURCE_STATIC_BROKER_CONFIG if set_in_properties else SOURCE_DEFAULT_CONFIG
+        synonyms: list[tuple[str, str | None, int]] = []
+        if key in topic_values:
+            synonyms.append((key, topic_values[key], SOURCE_DYNAMIC_TOPIC_CONFIG))
+        if synonym:
+            synonyms.append((synonym, default, default_source))
+        if key in topic_values:
+            value, source, is_default = topic_values[key], SOURCE_DYNAMIC_TOPIC_CONFIG, False
+        else:
+            value, source, is_default = default, default_source, not set_in_properties
+        described.append(DescribedConfig(key, value, source, is_default, _TYPES[key], _DOCS[key], tuple(synonyms)))
+    return described
+
+
+def _long(key: str, value: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: "
+                                                         "Not a number of type LONG") from None
+    if number < LOCAL_RETENTION_SAME_AS_TOTAL:
+        raise TopicConfigError(ErrorCode.INVALID_CONFIG,
+                               f"Invalid value {value} for configuration {key}: Value must be at least -2")
+    return number
+
+
+def validate(values: Mapping[str, str], broker_configs: Mapping[str, str | None], defaults: TieringConfig) -> None:
+    """Raise :class:`TopicConfigError` if a topic may not have these tiering values, given its
+    other configs after the same request (``cleanup.policy``, ``retention.ms``, ``retention.bytes``)."""
+    enable = values.get(REMOTE_STORAGE_ENABLE)
+    if enable is not None and enable.strip().lower() not in ("true", "false"):
+        raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {enable} for configuration "
+                                                         f"{REMOTE_STORAGE_ENABLE}: Expected value to be either true or false")
+    policy = values.get(REMOTE_LOG_DISABLE_POLICY)
+    if policy is not None and policy.strip().lower() not in ("retain", "delete"):
+        raise TopicConfigError(ErrorCode.INVALID_REQUEST, f"Invalid value {policy} for configuration "
+                                                          f"{REMOTE_LOG_DISABLE_POLICY}: must be retain or delete")
+    local = {key: _long(key, values[key]) for key in (LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES) if key in values}
+    enabled = enable.strip().lower() == "true" if enable is not None else defaults.tier_all_topics
+    if not enabled:
+        return
+    if "compact" in str(broker_configs.get("cleanup.policy") or "delete"):
+        raise TopicConfigError(ErrorCode.INVALID_CONFIG, "Remote log storage is unsupported for the compacted topics")
+    for key, total_key, default_total in ((LOCAL_RETENTION_MS, "retention.ms", defaults.retention_ms),
+                                          (LOCAL_RETENTION_BYTES, "retention.bytes", defaults.retention_bytes)):
+        if key not in local or local[key] == LOCAL_RETENTION_SAME_AS_TOTAL:
+            continue
+        raw_total = broker_configs.get(total_key)
+        try:
+            total = int(raw_total) if raw_total not in (None, "") else default_total
+        except ValueError:
+            continue  # the broker rejects a bad retention value itself
+        if total == -1:
+            continue
+        if local[key] == -1:
+            raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value -1 for configuration {key}: Value must "
+                                                             f"not be -1 as {total_key} value is set as {total}.")
+        if local[key] > total:
+            raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {local[key]} for configuration {key}: "
+                                                             f"Value must not be more than {total_key} property value: {total}")
+
+
+def is_enabled(values: Mapping[str, str], defaults: TieringConfig) -> bool:
+    enable = values.get(REMOTE_STORAGE_ENABLE)
+    return enable.strip().lower() == "true" if enable is not None else defaults.tier_all_topics
+
+
+def transition(current: TopicTieringState | None, topic: str, topic_id: uuid.UUID, values: Mapping[str, str],
+               defaults: TieringConfig, now_ms: int, *, enable_named: bool) -> TopicTieringState:
+    """The topic's state after its tiering values become ``values``. ``enable_named``: the
+    request set or removed ``remote.storage.enable`` itself (only that is refused while
+    DISABLING)."""
+    if current is None or current.deleted or current.topic_id != topic_id:
+        current = TopicTieringState(topic, topic_id, event_timestamp_ms=now_ms)
+    enabled = is_enabled(values, defaults)
+    state, epoch, policy = current.state, current.tiered_epoch, current.disable_policy
+    if state == TieringState.DISABLING and enable_named:
+        raise TopicConfigError(DISABLEMENT_IN_PROGRESS_CODE,
+                               f"TIERED_STORAGE_DISABLEMENT_IN_PROGRESS: tiered storage of topic {topic} is still "
+                               f"being disabled (tiered epoch {epoch}); change {REMOTE_STORAGE_ENABLE} once it is DISABLED")
+    if enabled and state in (None, TieringState.DISABLED):
+        state, epoch = TieringState.ENABLED, epoch + 1
+    elif not enabled and state == TieringState.ENABLED:
+        state, epoch = TieringState.DISABLING, epoch + 1
+        policy = DisablePolicy[values.get(REMOTE_LOG_DISABLE_POLICY, "retain").strip().upper()]
+    return replace(current, tiered_epoch=epoch, state=state, disable_policy=policy,
+                   configs=tuple(sorted(values.items())), event_timestamp_ms=now_ms)
