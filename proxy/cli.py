@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=10_000, help="sample messages to produce through the proxy")
     demo.add_argument("--exit-after", action="store_true", help="stop after the sample round trip instead of serving")
     _add_common(demo)
+    describe = sub.add_parser("describe", help="show each partition's remote and local offsets, remote size, "
+                                                "tiering lag and KIP-950 state, asked of a running proxy")
+    describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="the proxy")
+    describe.add_argument("--topic", help="only this topic")
+    describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     return parser
 
 
@@ -107,6 +112,16 @@ def main(argv: list[str] | None = None) -> int:
             config = config_from_args(args)
             tiering = TieringService.from_properties(config.bootstrap, config.extra)
             trio.run(_serve_until_signal, Proxy(config, tiering))
+            return 0
+        if args.command == "describe":
+            from proxy.describe import describe, format_rows
+            from tiering.broker_client import BrokerClientError
+
+            try:
+                print(format_rows(describe(args.bootstrap_servers, args.topic)))
+            except BrokerClientError as e:
+                print(f"tiered-proxy: {e}", file=sys.stderr)
+                return 1
             return 0
         if args.command == "demo":
             from proxy.demo import run_demo

@@ -91,6 +91,7 @@ class TopicAdmin:
                           (INCREMENTAL_ALTER_CONFIGS, self.on_incremental_alter_configs),
                           (DESCRIBE_LOG_DIRS, self.on_describe_log_dirs)):
             proxy.register_hook(key, hook)
+        proxy.version_overrides[DESCRIBE_LOG_DIRS] = (1, 4)  # answered even where the broker has none
 
     def close(self) -> None:
         self._broker.close()
@@ -396,7 +397,8 @@ class TopicAdmin:
         wanted = None if request["topics"] is None else {
             (t["topic"], p) for t in request["topics"] for p in t["partitions"]}
         assert conn.versions is not None
-        if DESCRIBE_LOG_DIRS not in conn.versions.ranges:
+        low, high = conn.versions.ranges.get(DESCRIBE_LOG_DIRS, (0, -1))
+        if not low <= version <= high:  # the broker cannot answer: the remote tier's dir alone
             body = {"throttle_time_ms": 0, "error_code": 0, "results": [self._remote_log_dir(wanted, version)]}
             return self._answer(spec, version, corr, body)
 

@@ -174,6 +174,20 @@ class BrokerClient:
 
     # --- requests ----------------------------------------------------------------------------
 
+    def request(self, node_id: int | None, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One request at a chosen version, to a node (None: any broker); for tools."""
+        address = self._node(node_id) if node_id is not None else (list(self.brokers.values()) or self.bootstrap)[0]
+        conn = self._connection(address)
+        try:
+            return conn.request(api_key, version, body)
+        except BrokerClientError:
+            self._connections.pop(address, None)
+            raise
+
+    def supported(self, node_id: int, api_key: int) -> tuple[int, int] | None:
+        """The (min, max) versions of an API the node offers, or None."""
+        return self._connection(self._node(node_id)).versions.get(api_key)
+
     def metadata(self, topics: list[str] | None = None) -> dict[str, TopicInfo]:
         """Brokers (remembered) and topics: all of them when ``topics`` is None."""
         body = {"topics": None if topics is None else [{"name": t, "topic_id": bytes(16)} for t in topics],
