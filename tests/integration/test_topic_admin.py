@@ -269,3 +269,59 @@ def test_describe_shows_both_tiers(setup, unique_name):
         kafka_admin.close()
     assert "remote:" in repr(dirs) and topic in repr(dirs)
     admin.close()
+
+
+def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path, unique_name):
+    """The remote tier (moto S3) is down while a topic is disabled with ``delete`` and another
+    is deleted: both stay in progress; the proxy is killed (-9) and restarted with S3 back; both
+    complete, no object is left, and consumers still read everything the broker holds."""
+    import signal
+
+    from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket, s3_client
+
+    server = MotoS3()
+    server.start()
+    bucket = new_bucket(server.endpoint)
+    args = ("--data-dir", str(tmp_path / "data"),
+            "--remote", f"s3://{bucket}/tiered?endpoint_url={server.endpoint}&region={REGION}",
+            "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
+            "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}",
+            "--set", "remote.log.manager.task.interval.ms=100")
+    proxy = start_proxy(noida.bootstrap, tmp_path / "proxy", *args)
+    tier = Tier(proxy, tmp_path / "data")
+    disabled, deleted = f"disabled-{unique_name}", f"deleted-{unique_name}"
+    try:
+        admin = Admin("kafka-python", proxy.bootstrap)
+        for topic in (disabled, deleted):
+            admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
+                                                   "segment.ms": "1000"})
+            produce(proxy.bootstrap, topic, 0, BATCH)
+        assert wait_until(lambda: all(len(tier.remote_end(t)) == PARTITIONS for t in (disabled, deleted)), 60)
+
+        def objects(topic: str) -> list[str]:
+            listing = s3_client(server.endpoint).list_objects_v2(Bucket=bucket)
+            return [o["Key"] for o in listing.get("Contents", []) if f"/{topic}-" in o["Key"]]
+
+        assert objects(disabled) and objects(deleted)
+        old = [tp for tp in tier.state().partitions if tp.topic == deleted]
+        server.stop()
+        admin.set_configs(disabled, {"remote.log.disable.policy": "delete", "remote.storage.enable": "false"})
+        admin.delete_topic(deleted)
+        admin.close()
+        time.sleep(3)  # rounds that try and fail
+        assert tier.topic_state(disabled).state == TieringState.DISABLING
+        assert all(tier.state().partitions[tp].delete_state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+                   for tp in old)
+        proxy.stop(signal.SIGKILL)
+
+        server.start()
+        proxy = start_proxy(noida.bootstrap, tmp_path / "proxy", *args)
+        assert wait_until(lambda: tier.topic_state(disabled).state == TieringState.DISABLED, 60)
+        assert wait_until(lambda: all(tier.state().partitions[tp].delete_state
+                                      == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED for tp in old), 60)
+        assert not objects(disabled) and not objects(deleted)
+        assert not any(tier.segments(disabled).values())
+        check_read("confluent", proxy, disabled, 0, BATCH - 1, earliest(proxy, disabled, noida.bootstrap))
+    finally:
+        proxy.stop()
+        server.stop()
