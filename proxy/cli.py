@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="the proxy")
     describe.add_argument("--topic", help="only this topic")
     describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store, with "
+                                                "their states and KIP-917 custom metadata")
+    segments.add_argument("--metadata", required=True, metavar="URI",
+                          help="the proxy's store: file:///DATA_DIR/metadata or topic://__remote_log_metadata")
+    segments.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="for a topic:// store")
+    segments.add_argument("--topic", help="only this topic")
+    segments.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     return parser
 
 
@@ -122,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             except BrokerClientError as e:
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
+            return 0
+        if args.command == "segments":
+            from proxy.segments import format_segments, load_segments
+
+            print(format_segments(load_segments(args.metadata, args.bootstrap_servers), args.topic))
             return 0
         if args.command == "demo":
             from proxy.demo import run_demo

@@ -303,6 +303,18 @@ def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path
             return [o["Key"] for o in listing.get("Contents", []) if f"/{topic}-" in o["Key"]]
 
         assert objects(disabled) and objects(deleted)
+        # KIP-917: the S3 store's custom metadata (key prefix, stored size) shows in segment listings.
+        import subprocess
+        import sys
+
+        listing = subprocess.run([sys.executable, "-m", "proxy.cli", "segments", "--metadata",
+                                  f"file://{tmp_path / 'data' / 'metadata'}", "--topic", deleted],
+                                 capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+        assert len(listing) > PARTITIONS
+        for line in listing[1:]:
+            cells = line.split("\t")
+            assert cells[0] == deleted and cells[6] in ("COPY_SEGMENT_FINISHED", "COPY_SEGMENT_STARTED")
+            assert cells[8].startswith("s3 prefix=tiered stored_bytes=") and int(cells[8].rsplit("=", 1)[1]) > 0
         old = [tp for tp in tier.state().partitions if tp.topic == deleted]
         server.stop()
         admin.set_configs(disabled, {"remote.log.disable.policy": "delete", "remote.storage.enable": "false"})
