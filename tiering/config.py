@@ -41,6 +41,7 @@ class TieringConfig:
     task_interval_ms: int = 30_000  # remote.log.manager.task.interval.ms
     copier_fetch_max_bytes: int = 8 << 20  # proxy.copier.fetch.max.bytes
     copy_backoff_max_ms: int = 60_000  # proxy.copier.backoff.max.ms
+    deleted_topic_grace_ms: int = 300_000  # proxy.deleted.topic.grace.ms
     # Defaults for topics that do not set their own (broker config names):
     segment_bytes: int = 1 << 30  # log.segment.bytes
     segment_ms: int = 7 * 24 * 3600 * 1000  # log.roll.ms
@@ -59,6 +60,7 @@ class TieringConfig:
         "task_interval_ms": "remote.log.manager.task.interval.ms",
         "copier_fetch_max_bytes": "proxy.copier.fetch.max.bytes",
         "copy_backoff_max_ms": "proxy.copier.backoff.max.ms",
+        "deleted_topic_grace_ms": "proxy.deleted.topic.grace.ms",
         "segment_bytes": "log.segment.bytes",
         "segment_ms": "log.roll.ms",
         "index_interval_bytes": "log.index.interval.bytes",

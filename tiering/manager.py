@@ -10,6 +10,7 @@ event loop: client traffic never waits for it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -63,7 +64,8 @@ class RemoteLogManager:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
-        self._missing: set[str] = set()  # topics with remote data missing from the last listing
+        self._missing: dict[str, float] = {}  # topic with remote data -> when listings stopped showing it
+        self._lifecycle_tasks: list[Callable[[], None]] = []
         self._ids_lock = threading.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -105,13 +107,17 @@ class RemoteLogManager:
     # --- one round -------------------------------------------------------------------------------
 
     def run_once(self) -> None:
+        self._lifecycle_tasks = []
         self._refresh()
         due = [c for c in self.copiers.values() if c.due()]
-        futures = [self._pool.submit(self._run_copier, c) for c in due]
+        # Disablements and partition deletes share the pool with the copiers (never the same
+        # partition: _refresh took those copiers away), so slow deletes hold up no other topic.
+        futures = [self._pool.submit(task) for task in self._lifecycle_tasks]
+        futures += [self._pool.submit(self._run_copier, c) for c in due]
         wait(futures)
         for f in futures:
             if f.exception() is not None:
-                log.error("copier crashed: %r", f.exception(), exc_info=f.exception())
+                log.error("tiering task crashed: %r", f.exception(), exc_info=f.exception())
         self.rounds += 1
 
     def _client(self) -> BrokerClient:
@@ -141,8 +147,9 @@ class RemoteLogManager:
             if state is None or state.state is None:
                 continue
             if state.state == TieringState.DISABLING:
-                self._disable(state, topic)
-                state = self.rlmm.topic_tiering_state(topic.name) or state
+                self._stop_copiers(lambda tp, name=topic.name: tp.topic == name)
+                self._lifecycle_tasks.append(functools.partial(self._disable, state, topic))
+                continue
             if state.state == TieringState.DISABLED and state.disable_policy == DisablePolicy.DELETE:
                 continue  # nothing left to copy or expire
             settings = TopicTiering.resolve(self.config, {**configs.get(topic.name, {}), **state.config_map})
@@ -214,12 +221,9 @@ class RemoteLogManager:
         return moved
 
     def _disable(self, state: TopicTieringState, topic: TopicInfo) -> None:
-        """Finish a DISABLING topic: stop its copiers; with ``delete`` remove every remote
-        segment (readers stopped serving them when DISABLING began); then DISABLED. A restart
-        in the middle resumes here."""
-        for tp in [tp for tp in self.copiers if tp.topic == topic.name]:
-            self.copiers.pop(tp).close()
-            self.rlmm.on_stop_partitions([tp])
+        """Finish a DISABLING topic (its copiers are stopped): with ``delete`` remove every
+        remote segment (readers stopped serving them when DISABLING began); then DISABLED. A
+        restart in the middle resumes here."""
         if state.disable_policy == DisablePolicy.DELETE:
             for p in topic.partitions:
                 tp = TopicIdPartition(state.topic_id, topic.name, p)
@@ -265,49 +269,58 @@ class RemoteLogManager:
         return marked
 
     def _notice_vanished_topics(self, topics: dict[str, TopicInfo]) -> None:
-        """Topics deleted behind the proxy's back (or recreated with a new id): once a topic with
-        remote data has been missing from two successive listings, or has a new id, delete it."""
+        """Topics deleted behind the proxy's back: a topic with remote data that has been missing
+        from every listing for ``proxy.deleted.topic.grace.ms`` (a listing can miss a topic that
+        is only between leaders), or whose name now has a new id, is deleted from the remote tier."""
         live: dict[str, set[uuid.UUID]] = {}
         for tp in self.rlmm.partitions():
             if self.rlmm.partition_delete_state(tp) is None:
                 live.setdefault(tp.topic, set()).add(tp.topic_id)
-        missing = set()
+        now = time.monotonic()
+        missing: dict[str, float] = {}
         for name, ids in live.items():
             info = topics.get(name)
             if info is None:
-                missing.add(name)
-                if name in self._missing:
-                    log.warning("topic %s is gone from the cluster: deleting its remote data", name)
+                since = missing[name] = self._missing.get(name, now)
+                if now - since >= self.config.deleted_topic_grace_ms / 1000 and name in self._missing:
+                    log.warning("topic %s has been gone from the cluster for %.0fs: deleting its remote data",
+                                name, now - since)
                     self.mark_topic_deleted(name)
+                    del missing[name]
                 continue
             current = self.rlmm.topic_tiering_state(name)
             current_id = info.topic_id if info.topic_id.int != 0 else (current.topic_id if current else None)
             for stale in ids - {current_id}:
-                if current_id is not None:
+                if current_id is not None and info.topic_id.int != 0:
                     log.warning("topic %s has a new id %s: deleting the remote data of %s", name, current_id, stale)
                     self.mark_topic_deleted(name, stale)
         self._missing = missing
 
+    def _stop_copiers(self, which: Callable[[TopicIdPartition], bool]) -> None:
+        for tp in [tp for tp in self.copiers if which(tp)]:
+            self.copiers.pop(tp).close()
+            self.rlmm.on_stop_partitions([tp])
+
     def _remove_deleted_partitions(self) -> None:
         for tp in self.rlmm.partitions():
             state = self.rlmm.partition_delete_state(tp)
-            if state not in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
-                             RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
-                continue
-            copier = self.copiers.pop(tp, None)
-            if copier is not None:
-                copier.close()
-                self.rlmm.on_stop_partitions([tp])
-            try:
-                if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
-                    self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-                        tp, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, now_ms(), self.broker_id))
-                count = self._delete_all_segments(tp)
+            if state in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                         RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
+                self._stop_copiers(lambda t, tp=tp: t == tp)
+                self._lifecycle_tasks.append(functools.partial(self._delete_partition, tp, state))
+
+    def _delete_partition(self, tp: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        """DELETE_PARTITION_STARTED -> every segment deleted -> FINISHED; repeated after a restart."""
+        try:
+            if state == RemotePartitionDeleteState.DELETE_PARTITION_MARKED:
                 self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-                    tp, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, now_ms(), self.broker_id))
-                log.info("deleted partition %s from the remote tier (%d segment(s))", tp, count)
-            except RemoteStorageError as exc:
-                log.warning("deleting partition %s from the remote tier failed, will retry: %s", tp, exc)
+                    tp, RemotePartitionDeleteState.DELETE_PARTITION_STARTED, now_ms(), self.broker_id))
+            count = self._delete_all_segments(tp)
+            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                tp, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, now_ms(), self.broker_id))
+            log.info("deleted partition %s from the remote tier (%d segment(s))", tp, count)
+        except RemoteStorageError as exc:
+            log.warning("deleting partition %s from the remote tier failed, will retry: %s", tp, exc)
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:

@@ -102,7 +102,8 @@ def setup(request, tmp_path_factory):
     broker = request.getfixturevalue(request.param)
     work = tmp_path_factory.mktemp(f"admin-{request.param}")
     proxy = start_proxy(broker.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
-                        "--set", "remote.log.manager.task.interval.ms=200")
+                        "--set", "remote.log.manager.task.interval.ms=200",
+                        "--set", "proxy.deleted.topic.grace.ms=1000")
     yield broker, proxy, Tier(proxy, work / "data")
     proxy.stop()
 
@@ -337,3 +338,21 @@ def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path
     finally:
         proxy.stop()
         server.stop()
+
+
+def test_topic_deleted_at_the_broker_is_deleted_from_the_remote_tier(setup, unique_name):
+    """Deleted without the proxy: once the topic has been missing from the listings for
+    ``proxy.deleted.topic.grace.ms``, its remote partitions are deleted too."""
+    broker, proxy, tier = setup
+    topic = f"behind-{unique_name}"
+    admin = Admin("confluent", proxy.bootstrap)
+    admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
+                                           "segment.ms": "1000"})
+    produce(proxy.bootstrap, topic, 0, BATCH)
+    assert wait_until(lambda: len(tier.remote_end(topic)) == PARTITIONS and tier.log_objects(topic), 60)
+    old = [tp for tp in tier.state().partitions if tp.topic == topic]
+    Admin("confluent", broker.bootstrap).delete_topic(topic)  # straight to the broker
+    assert wait_until(lambda: all(tier.state().partitions[tp].delete_state
+                                  == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED for tp in old), 30)
+    assert not tier.log_objects(topic)
+    assert "gone from the cluster" in proxy.log_text()
