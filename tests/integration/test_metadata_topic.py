@@ -137,3 +137,37 @@ def test_the_copier_on_the_topic_store(upstream, names):
     finally:
         manager.stop()
         store.close()
+
+
+def test_topic_tiering_state_and_log_start_through_the_topic(upstream, names):
+    """The proxy's own records (a topic's tiering configs and KIP-950 state, a partition's log
+    start after DeleteRecords) travel through the metadata topic like KIP-405's: another
+    instance sees them, and a restart from snapshots keeps them."""
+    from tiering.model import DisablePolicy, TieringState, TopicTieringState
+
+    topic, tmp = names
+    tp = TopicIdPartition(uuid.uuid4(), "payments", 3)
+    state = TopicTieringState("payments", tp.topic_id, 2, TieringState.DISABLING, DisablePolicy.DELETE,
+                              (("remote.log.disable.policy", "delete"), ("remote.storage.enable", "false")))
+    store = open_store(upstream, topic, tmp / "a")
+    try:
+        copy(store, segment(tp, 0))
+        store.put_topic_tiering_state(state)
+        store.put_remote_log_start_offset(tp, 5, 1)
+        other = open_store(upstream, topic, tmp / "b")
+        try:
+            assert other.topic_tiering_state("payments") == state
+            assert other.remote_log_start_offset(tp) == 5
+            assert other.readable_partitions() == []  # disabled with the delete policy
+        finally:
+            other.close()
+        store.write_snapshots()
+    finally:
+        store.close()
+    reopened = open_store(upstream, topic, tmp / "a")
+    try:
+        assert reopened.records_replayed == 0
+        assert reopened.topic_tiering_state("payments") == state
+        assert reopened.remote_log_start_offset(tp) == 5
+    finally:
+        reopened.close()
