@@ -5,12 +5,7 @@ proxy), or replays the metadata topic."""
 
 from __future__ import annotations
 
-import tempfile
-import urllib.parse
-from pathlib import Path
-
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.metadata_view import load_metadata
 from tiering.model import RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage import RemoteStorageError, S3SegmentLocation
 
@@ -26,23 +21,8 @@ def custom_metadata_text(blob: bytes | None) -> str:
 
 
 def load_segments(metadata_uri: str, bootstrap: str | None) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
-    parts = urllib.parse.urlsplit(metadata_uri)
-    if parts.scheme == "file":
-        state = MetadataState()
-        path = Path(urllib.parse.unquote(parts.path)) / JOURNAL_NAME
-        for record in read_journal(path.read_bytes())[0]:
-            state.apply(record)
-        return {tp: list(p.segments.values()) for tp, p in state.partitions.items()}
-    if not bootstrap:
-        raise ValueError("a topic:// metadata store needs --bootstrap-servers (the cluster or the proxy)")
-    from tiering.service import metadata_from_uri
-
-    with tempfile.TemporaryDirectory() as scratch:
-        store = metadata_from_uri(metadata_uri, bootstrap, Path(scratch), {})
-        try:
-            return {tp: list(store.list_remote_log_segments(tp)) for tp in store.partitions()}
-        finally:
-            store.close()
+    state = load_metadata(metadata_uri, bootstrap)
+    return {tp: list(p.segments.values()) for tp, p in state.partitions.items()}
 
 
 def format_segments(segments: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]], topic: str | None) -> str:

@@ -203,6 +203,19 @@ class MetadataState:
         state = self.partitions.get(tp)
         return state.finished() if state is not None else []
 
+    def readable_partitions(self) -> list[TopicIdPartition]:
+        """Partitions whose remote data clients may read: not being deleted, of the topic's
+        current incarnation (its id), and not disabled with the ``delete`` policy."""
+        readable = []
+        for tp, state in self.partitions.items():
+            if state.delete_state is not None:
+                continue
+            topic = self.topics.get(tp.topic)
+            if topic is not None and (topic.topic_id != tp.topic_id or not topic.remote_readable):
+                continue
+            readable.append(tp)
+        return sorted(readable)
+
     def size_of_live_records(self) -> int:
         return len(self.topics) + sum(
             len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) for s in self.partitions.values())
@@ -358,18 +371,17 @@ class RemoteLogMetadataManager(ABC):
             return sorted(self._state.partitions)
 
     def readable_partitions(self) -> list[TopicIdPartition]:
-        """Partitions whose remote data clients may read: not being deleted, of the topic's
-        current incarnation (its id), and not disabled with the ``delete`` policy."""
+        """Partitions whose remote data clients may read (see :meth:`MetadataState.readable_partitions`)."""
         with self._lock:
-            readable = []
-            for tp, state in self._state.partitions.items():
-                if state.delete_state is not None:
-                    continue
-                topic = self._state.topics.get(tp.topic)
-                if topic is not None and (topic.topic_id != tp.topic_id or not topic.remote_readable):
-                    continue
-                readable.append(tp)
-            return sorted(readable)
+            return self._state.readable_partitions()
+
+    def state_snapshot(self) -> MetadataState:
+        """A copy of everything the store knows, for readers that plan work from it (Spark)."""
+        with self._lock:
+            copy = MetadataState()
+            for record in self._state.snapshot_records():
+                copy.apply(record)
+            return copy
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
         """True when the store has caught up on ``tp``'s metadata."""

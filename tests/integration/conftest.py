@@ -4,6 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from proxy.embedded_broker import EmbeddedBroker, start_broker
+from tests.history import History, tiered_history
 from tests.proxy_process import ProxyProcess, start_proxy
 
 
@@ -24,3 +26,17 @@ def proxy(upstream, _proxies: dict[str, ProxyProcess], tmp_path_factory: pytest.
         running = start_proxy(upstream.bootstrap, tmp_path_factory.mktemp(f"proxy-{upstream.kind}"))
         _proxies[key] = running
     return running
+
+
+@pytest.fixture(scope="session")
+def history_noida(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The noida-db that holds the tiered history (see tests/history.py), shared by the read tests."""
+    broker = start_broker("noida", tmp_path_factory.mktemp("history-noida"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def history(history_noida: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    with tiered_history(history_noida, tmp_path_factory.mktemp("tiered-history")) as built:
+        yield built

@@ -6,77 +6,16 @@ before the proxy starts and before anything leaves the broker."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 from protocol.apis import LIST_OFFSETS
 from protocol.errors import ErrorCode
-from tests.clients import CLIENTS, Record, consume_records, read_to_end
-from tests.proxy_process import ProxyProcess, start_proxy
+from tests.clients import CLIENTS, Record, consume_records
+from tests.proxy_process import ProxyProcess
 from tests.raw import RawClient
-from tests.tiering_checks import create_tiered_topic, produce_mixed, wait_until
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
 
-MESSAGES = 300_000
 PARTITIONS = 3
-
-
-@dataclass
-class History:
-    proxy: ProxyProcess
-    topic: str
-    committed: dict[int, list[Record]]  # what a read_committed consumer reads from the broker
-    everything: dict[int, list[Record]]  # read_uncommitted: aborted records too
-    log_starts: dict[int, int]  # the broker's log start once the fixture was ready
-    journal: Path  # the proxy's remote log metadata
-
-    def remote_range(self, partition: int) -> tuple[int, int] | None:
-        """(Rx, Ry) of a partition, from the proxy's metadata journal."""
-        state = MetadataState()
-        for record in read_journal(self.journal.read_bytes())[0]:
-            state.apply(record)
-        for tp in state.partitions:
-            if tp.topic == self.topic and tp.partition == partition:
-                segments = state.finished(tp)
-                return (segments[0].start_offset, segments[-1].end_offset) if segments else None
-        return None
-
-
-@pytest.fixture(scope="module")
-def history(own_noida, tmp_path_factory) -> History:
-    """300k messages (keys, headers, five codecs, ten transactions of which three aborted) in a
-    3-partition tiered topic on noida-db, whose log start the proxy has then moved past more than
-    half of each partition (local retention run by the proxy)."""
-    work = tmp_path_factory.mktemp("tiered-reads")
-    topic = f"history-{work.name}"
-    create_tiered_topic(own_noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024),
-                                                              "local.retention.bytes": str(512 * 1024)})
-    workload = produce_mixed(own_noida.bootstrap, topic, MESSAGES, transactions=10, transaction_size=3000)
-    assert workload.aborted_messages > 0
-    committed = read_to_end(own_noida.bootstrap, topic, PARTITIONS)
-    everything = read_to_end(own_noida.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
-    assert sum(map(len, everything.values())) == MESSAGES
-    assert sum(map(len, committed.values())) == MESSAGES - workload.aborted_messages
-
-    proxy = start_proxy(own_noida.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
-                        "--set", "remote.log.manager.task.interval.ms=100")
-    try:
-        client = BrokerClient(own_noida.bootstrap)
-        leader = client.metadata([topic])[topic].partitions[0].leader
-
-        def log_starts() -> dict[int, int]:
-            return {p: client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)}
-
-        # Wait until the brokers keep less than half of each partition.
-        assert wait_until(lambda: all(s > len(everything[p]) // 2 for p, s in log_starts().items()), 120), \
-            log_starts()
-        yield History(proxy, topic, committed, everything, log_starts(), work / "data" / "metadata" / JOURNAL_NAME)
-    finally:
-        proxy.stop()
 
 
 def _same(got: dict[int, list[Record]], want: dict[int, list[Record]]) -> None:
@@ -107,9 +46,9 @@ def test_read_uncommitted_consumer_sees_aborted_records_too(history):
     _same(got, history.everything)
 
 
-def test_the_broker_itself_no_longer_has_the_start(history, own_noida):
+def test_the_broker_itself_no_longer_has_the_start(history, history_noida):
     """What makes the tests above meaningful: offset 0 is gone from the broker."""
-    client = BrokerClient(own_noida.bootstrap)
+    client = BrokerClient(history_noida.bootstrap)
     leader = client.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
         answer = client.fetch(leader, history.topic, partition, 0, max_bytes=1 << 20, read_committed=False)
@@ -133,10 +72,10 @@ def _list_offsets(proxy: ProxyProcess, topic: str, version: int, timestamps: dic
 
 
 @pytest.mark.parametrize("version", [8, 10])
-def test_list_offsets_special_timestamps(history, own_noida, version):
+def test_list_offsets_special_timestamps(history, history_noida, version):
     """-2 is Rx (0 here), -4 the broker's own log start Lx, -5 the last tiered offset Ry, -1 the end;
     v10 is answered although noida-db stops at v8 (the proxy translates)."""
-    broker = BrokerClient(own_noida.bootstrap)
+    broker = BrokerClient(history_noida.bootstrap)
     leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
         ranges_before = history.remote_range(partition)
@@ -154,7 +93,7 @@ def test_list_offsets_special_timestamps(history, own_noida, version):
         assert got[-1][1] == broker.list_offset(leader, history.topic, partition, LATEST)[1]
 
 
-def test_list_offsets_latest_tiered_without_tiered_data_is_minus_one(history, own_noida, unique_name):
+def test_list_offsets_latest_tiered_without_tiered_data_is_minus_one(history, history_noida, unique_name):
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
@@ -187,10 +126,10 @@ def test_seek_by_timestamp_into_the_remote_range(history):
         consumer.close()
 
 
-def test_list_offsets_earliest_and_latest_through_a_client(history, own_noida):
+def test_list_offsets_earliest_and_latest_through_a_client(history, history_noida):
     from kafka import KafkaConsumer, TopicPartition
 
-    broker = BrokerClient(own_noida.bootstrap)
+    broker = BrokerClient(history_noida.bootstrap)
     leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     consumer = KafkaConsumer(bootstrap_servers=history.proxy.bootstrap)
     try:
@@ -202,12 +141,12 @@ def test_list_offsets_earliest_and_latest_through_a_client(history, own_noida):
         consumer.close()
 
 
-def test_offset_for_leader_epoch_through_the_proxy(history, own_noida):
+def test_offset_for_leader_epoch_through_the_proxy(history, history_noida):
     """What a client asks when it validates its position: the end of its leader epoch. noida-db
     has one epoch (0), so the answer is the end of the log, whichever tier the position is in."""
     from protocol.apis import OFFSET_FOR_LEADER_EPOCH
 
-    broker = BrokerClient(own_noida.bootstrap)
+    broker = BrokerClient(history_noida.bootstrap)
     leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     client = RawClient(history.proxy.bootstrap)
     try:

@@ -1,0 +1,131 @@
+"""The ``tiered-kafka`` PySpark data source on ``local[2]`` against the tiered history (noida-db,
+log start moved past more than half of each partition): the remote part read straight from the
+remote tier, the tail through the proxy, every column equal to what consumers read."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.clients import Record, consume_records
+from tests.history import PARTITIONS
+
+pyspark_sql = pytest.importorskip("pyspark.sql")
+EPOCH = datetime.datetime(1970, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from tiering.spark_source import TieredKafkaDataSource
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this venv's interpreter
+    session = (pyspark_sql.SparkSession.builder.master("local[2]").appName("tiered-kafka-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.dataSource.register(TieredKafkaDataSource)
+    yield session
+    session.stop()
+
+
+def source_options(history, **extra: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": history.proxy.bootstrap, "subscribe": history.topic,
+            "remote.log.storage.uri": f"file://{history.data_dir / 'remote'}",
+            "remote.log.metadata.uri": f"file://{history.data_dir / 'metadata'}", "includeHeaders": "true", **extra}
+
+
+def by_partition(rows) -> dict[int, list[Record]]:  # noqa: ANN001
+    out: dict[int, list[Record]] = {}
+    for row in rows:
+        assert row.timestampType == 0
+        millis = (row.timestamp - EPOCH) // datetime.timedelta(milliseconds=1)
+        headers = tuple((h.key, h.value) for h in row.headers)
+        out.setdefault(row.partition, []).append(Record(row.offset, millis, row.key, row.value, headers))
+    for records in out.values():
+        records.sort(key=lambda r: r.offset)
+    return out
+
+
+def load(spark, history, **extra: str):  # noqa: ANN001, ANN201
+    reader = spark.read.format("tiered-kafka")
+    for key, value in source_options(history, **extra).items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_committed_equals_the_whole_history(spark, history):
+    df = load(spark, history, **{"kafka.isolation.level": "read_committed"})
+    # One task per remote segment (plus one per partition's tail): remote data is read in parallel.
+    segments = sum(len(s) for s in _segments(history).values())
+    assert df.rdd.getNumPartitions() >= segments > PARTITIONS
+    assert by_partition(df.collect()) == history.committed
+
+
+def test_batch_read_uncommitted_equals_a_consumer_through_the_proxy(spark, history):
+    total = sum(len(v) for v in history.everything.values())
+    consumed = consume_records("confluent", history.proxy.bootstrap, history.topic, PARTITIONS, total,
+                               isolation="read_uncommitted")
+    assert by_partition(load(spark, history).collect()) == {p: list(v) for p, v in consumed.items()}
+
+
+def test_starting_and_ending_offsets_select_ranges(spark, history):
+    starts = {"0": 1000, "1": -2, "2": len(history.everything[2]) - 500}
+    ends = {"0": 2500, "1": history.log_starts[1] + 10, "2": -1}
+    df = load(spark, history, startingOffsets=json.dumps({history.topic: starts}),
+              endingOffsets=json.dumps({history.topic: ends}))
+    got = by_partition(df.collect())
+    for p in range(PARTITIONS):
+        low = starts[str(p)] if starts[str(p)] >= 0 else 0
+        high = ends[str(p)] if ends[str(p)] >= 0 else 1 << 62
+        assert got.get(p, []) == [r for r in history.everything[p] if low <= r.offset < high], p
+
+
+def test_starting_timestamp_lands_in_the_remote_range(spark, history):
+    middle = history.everything[0][len(history.everything[0]) // 4]  # below the broker's log start
+    assert middle.offset < history.log_starts[0]
+    got = by_partition(load(spark, history, startingTimestamp=str(middle.timestamp)).collect())
+    for p in range(PARTITIONS):
+        first = min((r.offset for r in history.everything[p] if r.timestamp >= middle.timestamp), default=None)
+        want = [r for r in history.everything[p] if first is not None and r.offset >= first]
+        assert got.get(p, []) == want, p
+
+
+def test_streaming_with_max_offsets_resumes_from_its_checkpoint(spark, history, tmp_path):
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    limit = 40_000
+
+    def start(trigger: dict):  # noqa: ANN202
+        reader = spark.readStream.format("tiered-kafka")
+        options = source_options(history, startingOffsets="earliest", maxOffsetsPerTrigger=str(limit),
+                                 **{"kafka.isolation.level": "read_committed"})
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return (reader.load().writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+    first = start({"processingTime": "1 second"})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len([p for p in first.recentProgress if p["numInputRows"] > 0]) < 2:
+        time.sleep(0.5)
+    first.stop()
+    batches_before = len(list((checkpoint / "commits").iterdir()))
+    assert batches_before >= 2
+    second = start({"availableNow": True})  # restart from the checkpoint, read up to the end, stop
+    assert second.awaitTermination(300)
+    progress = [p for p in first.recentProgress + second.recentProgress if p["numInputRows"] > 0]
+    assert all(p["numInputRows"] <= limit for p in progress)
+    total = sum(len(v) for v in history.committed.values())
+    assert len(list((checkpoint / "commits").iterdir())) >= total // limit
+    assert by_partition(spark.read.parquet(str(out)).collect()) == history.committed
+
+
+def _segments(history) -> dict[int, list]:  # noqa: ANN001
+    from tiering.metadata_view import load_metadata
+
+    state = load_metadata(f"file://{Path(history.data_dir) / 'metadata'}")
+    return {tp.partition: state.finished(tp) for tp in state.readable_partitions() if tp.topic == history.topic}

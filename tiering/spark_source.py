@@ -1,0 +1,431 @@
+"""A PySpark data source (Spark's Python Data Source API) that reads a topic's whole history: the
+remote tier straight from storage, one Spark task per remote segment (large ones split at offset
+index entries), and the tail past ``Ry`` through the proxy. Registered as ``tiered-kafka``.
+
+    spark.dataSource.register(TieredKafkaDataSource)
+    df = (spark.read.format("tiered-kafka")
+          .option("kafka.bootstrap.servers", "proxy:19092")
+          .option("subscribe", "orders")
+          .option("remote.log.storage.uri", "s3://bucket/prefix?endpoint_url=...")
+          .option("remote.log.metadata.uri", "topic://__remote_log_metadata")
+          .load())
+
+Columns as Spark's Kafka source (``key, value, topic, partition, offset, timestamp,
+timestampType``, and ``headers`` with ``includeHeaders``). Options named as Spark's Kafka source
+names them: ``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``,
+``endingOffsets``, ``startingTimestamp``, ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``,
+``includeHeaders``, ``kafka.bootstrap.servers`` (the proxy), ``kafka.isolation.level``
+(``read_uncommitted`` by default, as there). The remote tier: ``remote.log.storage.uri``,
+``remote.log.metadata.uri`` and any ``remote.log.storage.s3.*`` keys, as the proxy is configured;
+``maxBytesPerPartition`` (128 MiB) splits larger segments.
+
+Offsets are planned on the driver from real state: ListOffsets through the proxy (EARLIEST is the
+remote log start) and the metadata store's segments. Executors decode the record batches (every
+codec, control batches skipped, ``read_committed`` from the transaction indexes) into Arrow.
+Planning is deterministic for a given offset range, so replayed micro-batches read the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from protocol.records import iter_batches
+from protocol.remote_formats import decode_offset_index, decode_transaction_index
+from tiering.broker_client import EARLIEST, LATEST, BrokerClient
+from tiering.kafka_rows import NO_END, AbortedTransactions, RowBuilder, batches_to_rows, spark_ddl
+from tiering.metadata import MetadataState
+from tiering.metadata_view import load_metadata
+from tiering.model import IndexType, RemoteLogSegmentMetadata
+from tiering.storage import RemoteResourceNotFoundError, storage_from_uri
+
+SOURCE_NAME = "tiered-kafka"
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
+TAIL_FETCH_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class RemoteSplit(InputPartition):
+    """Bytes ``byte_start..byte_end-1`` of one remote segment (whole batches), rows in ``start..until-1``."""
+
+    topic: str
+    partition: int
+    segment: RemoteLogSegmentMetadata
+    byte_start: int
+    byte_end: int | None
+    start: int
+    until: int
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class TailSplit(InputPartition):
+    """Offsets ``start..until-1`` of a partition, read through the proxy."""
+
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+
+@dataclass
+class Options:
+    bootstrap: str
+    storage_uri: str | None
+    metadata_uri: str | None
+    storage_props: dict[str, str] = field(default_factory=dict)
+    include_headers: bool = False
+    read_committed: bool = False
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    max_records_per_partition: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Options:
+        options = CaseInsensitiveOptions(options)
+        bootstrap = options.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise ValueError("option kafka.bootstrap.servers (the proxy) is required")
+        isolation = options.get("kafka.isolation.level", "read_uncommitted")
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}")
+        records = options.get("maxRecordsPerPartition")
+        return cls(
+            bootstrap=bootstrap,
+            storage_uri=options.get("remote.log.storage.uri"),
+            metadata_uri=options.get("remote.log.metadata.uri"),
+            storage_props={k: v for k, v in options.items() if k.startswith("remote.log.storage.")},
+            include_headers=options.get("includeHeaders", "false").lower() == "true",
+            read_committed=isolation == "read_committed",
+            max_bytes_per_partition=int(options.get("maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)),
+            max_records_per_partition=int(records) if records else None,
+        )
+
+
+class CaseInsensitiveOptions(dict):
+    """Spark treats option names case-insensitively (and may hand them over lowercased)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__((k.lower(), v) for k, v in options.items())
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
+
+
+Offsets = dict[str, dict[str, int]]  # topic -> partition (as text, JSON keys) -> offset
+
+
+def _partitions_of(client: BrokerClient, options: Mapping[str, str]) -> list[tuple[str, int]]:
+    chosen = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
+    if len(chosen) != 1:
+        raise ValueError("set exactly one of subscribe, subscribePattern, assign")
+    if chosen[0] == "assign":
+        assigned = json.loads(options["assign"])
+        return sorted((t, int(p)) for t, ps in assigned.items() for p in ps)
+    topics = client.metadata(None)
+    if chosen[0] == "subscribe":
+        names = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
+        missing = [n for n in names if n not in topics]
+        if missing:
+            raise ValueError(f"topics not found: {', '.join(missing)}")
+    else:
+        pattern = re.compile(options["subscribePattern"])
+        names = [n for n in topics if pattern.fullmatch(n) and not topics[n].internal]
+    return sorted((n, p) for n in names for p in topics[n].partitions)
+
+
+class _Planner:
+    """Driver-side planning: offsets through the proxy, splits from the metadata store."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.raw = CaseInsensitiveOptions(options)
+        self.options = Options.parse(options)
+
+    def client(self) -> BrokerClient:
+        return BrokerClient(self.options.bootstrap)
+
+    def partitions(self) -> list[tuple[str, int]]:
+        client = self.client()
+        try:
+            return _partitions_of(client, self.raw)
+        finally:
+            client.close()
+
+    def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        client = self.client()
+        try:
+            leaders = {t: info for t, info in client.metadata(sorted({t for t, _ in partitions})).items()}
+            out = {}
+            for topic, p in partitions:
+                error, offset = client.list_offset(leaders[topic].partitions[p].leader, topic, p, timestamp,
+                                                   read_committed=self.options.read_committed)
+                if error != 0:
+                    raise RuntimeError(f"ListOffsets {timestamp} for {topic}-{p} failed with error {error}")
+                out[(topic, p)] = offset
+            return out
+        finally:
+            client.close()
+
+    def resolve(self, spec: str | None, partitions: list[tuple[str, int]], default: str,
+                timestamp: str | None = None) -> dict[tuple[str, int], int]:
+        """``earliest``/``latest``/JSON offsets (-2 earliest, -1 latest), or a timestamp."""
+        earliest = self.list_offsets(partitions, EARLIEST)
+        latest = self.list_offsets(partitions, LATEST)
+        if timestamp is not None:
+            found = self.list_offsets(partitions, int(timestamp))
+            return {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in partitions}
+        spec = spec or default
+        if spec in ("earliest", "latest"):
+            return dict(earliest if spec == "earliest" else latest)
+        given = json.loads(spec)
+        out = {}
+        for topic, p in partitions:
+            value = int(given.get(topic, {}).get(str(p), -2 if default == "earliest" else -1))
+            out[(topic, p)] = earliest[(topic, p)] if value == -2 else latest[(topic, p)] if value == -1 else value
+        return out
+
+    def plan(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> list[InputPartition]:
+        """Splits for ``start..until-1`` of each partition: remote segments, then the tail."""
+        state = self._metadata()
+        readable = {(tp.topic, tp.partition): tp for tp in state.readable_partitions()} if state else {}
+        rsm = storage_from_uri(self.options.storage_uri, **self.options.storage_props) \
+            if self.options.storage_uri and readable else None
+        splits: list[InputPartition] = []
+        try:
+            for (topic, p), (start, until) in sorted(ranges.items()):
+                if start >= until:
+                    continue
+                tail_from = start
+                tp = readable.get((topic, p))
+                if tp is not None and rsm is not None:
+                    assert state is not None
+                    floor = state.partitions[tp].log_start_offset
+                    segments = [s for s in state.finished(tp) if s.end_offset >= max(start, floor) and s.start_offset < until]
+                    aborted = self._aborted(rsm, segments) if self.options.read_committed else []
+                    for segment in segments:
+                        lo, hi = max(start, floor, segment.start_offset), min(until, segment.end_offset + 1)
+                        overlapping = tuple(a for a in aborted if a[1] <= segment.end_offset and a[2] >= segment.start_offset)
+                        splits += [RemoteSplit(topic, p, segment, b0, b1, lo, hi, overlapping)
+                                   for b0, b1 in self._byte_ranges(rsm, segment)]
+                        tail_from = max(tail_from, hi)
+                if tail_from < until:
+                    splits.append(TailSplit(topic, p, tail_from, until))
+        finally:
+            if rsm is not None:
+                rsm.close()
+        return splits
+
+    def _metadata(self) -> MetadataState | None:
+        if not self.options.metadata_uri:
+            return None
+        return load_metadata(self.options.metadata_uri, self.options.bootstrap, self.raw)
+
+    @staticmethod
+    def _aborted(rsm, segments: list[RemoteLogSegmentMetadata]) -> list[tuple[int, int, int]]:  # noqa: ANN001
+        out = []
+        for segment in segments:
+            if segment.tx_index_empty:
+                continue
+            try:
+                index = rsm.fetch_index(segment, IndexType.TRANSACTION)
+            except RemoteResourceNotFoundError:
+                continue
+            out += [(t.producer_id, t.first_offset, t.last_offset) for t in decode_transaction_index(index)]
+        return out
+
+    def _byte_ranges(self, rsm, segment: RemoteLogSegmentMetadata) -> list[tuple[int, int | None]]:  # noqa: ANN001
+        limit_bytes = self.options.max_bytes_per_partition
+        limit_records = self.options.max_records_per_partition
+        records = segment.end_offset - segment.start_offset + 1
+        if segment.segment_size_bytes <= limit_bytes and (limit_records is None or records <= limit_records):
+            return [(0, None)]
+        entries = decode_offset_index(rsm.fetch_index(segment, IndexType.OFFSET), segment.start_offset)
+        cuts = [0]
+        first_offset = segment.start_offset
+        for entry in entries:
+            too_big = entry.position - cuts[-1] >= limit_bytes
+            too_many = limit_records is not None and entry.offset - first_offset >= limit_records
+            if entry.position > cuts[-1] and (too_big or too_many):
+                cuts.append(entry.position)
+                first_offset = entry.offset
+        return [(a, b) for a, b in zip(cuts, [*cuts[1:], None], strict=True)]
+
+
+def read_split(options: Options, split: InputPartition) -> Iterator:
+    """Arrow record batches of one split (runs on an executor)."""
+    builder = RowBuilder(split.topic, split.partition, options.include_headers)  # type: ignore[attr-defined]
+    if isinstance(split, RemoteSplit):
+        rsm = storage_from_uri(options.storage_uri, **options.storage_props)
+        try:
+            end = None if split.byte_end is None else split.byte_end - 1
+            data = rsm.fetch_log_segment(split.segment, split.byte_start, end)
+        finally:
+            rsm.close()
+        aborted = AbortedTransactions(split.aborted) if options.read_committed else None
+        yield from batches_to_rows(data, builder, split.start, split.until, aborted)
+    elif isinstance(split, TailSplit):
+        yield from _read_tail(options, split, builder)
+    last = builder.flush()
+    if last is not None:
+        yield last
+
+
+def _read_tail(options: Options, split: TailSplit, builder: RowBuilder) -> Iterator:
+    client = BrokerClient(options.bootstrap)
+    try:
+        offset, empty_answers = split.start, 0
+        leader = client.metadata([split.topic])[split.topic].partitions[split.partition].leader
+        while offset < split.until:
+            answer = client.fetch(leader, split.topic, split.partition, offset, max_bytes=TAIL_FETCH_BYTES,
+                                  read_committed=options.read_committed, max_wait_ms=500)
+            if answer.error_code != 0:
+                raise RuntimeError(f"fetch {split.topic}-{split.partition} at {offset}: error {answer.error_code}")
+            aborted = AbortedTransactions([(pid, first, NO_END) for pid, first in answer.aborted_transactions]) \
+                if options.read_committed else None
+            yield from batches_to_rows(answer.records, builder, offset, split.until, aborted)
+            last = max((header.last_offset for header, _ in iter_batches(answer.records)), default=offset - 1)
+            if last >= offset:
+                offset, empty_answers = last + 1, 0
+                continue
+            # Nothing at this offset: past the last stable offset (the planned end is not
+            # readable yet) or offsets only aborted records or markers used.
+            bound = answer.last_stable_offset if options.read_committed else answer.high_watermark
+            empty_answers += 1
+            if bound <= offset or empty_answers > 20:
+                raise RuntimeError(f"{split.topic}-{split.partition}: nothing readable at {offset} "
+                                   f"(planned up to {split.until}, broker bound {bound})")
+    finally:
+        client.close()
+
+
+class TieredKafkaBatchReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.raw = CaseInsensitiveOptions(options)
+        self.options = Options.parse(options)
+
+    def partitions(self) -> list[InputPartition]:
+        planner = _Planner(self.raw)
+        partitions = planner.partitions()
+        starts = planner.resolve(self.raw.get("startingOffsets"), partitions, "earliest",
+                                 self.raw.get("startingTimestamp"))
+        ends = planner.resolve(self.raw.get("endingOffsets"), partitions, "latest")
+        return planner.plan({tp: (starts[tp], ends[tp]) for tp in partitions})
+
+    def read(self, partition: InputPartition) -> Iterator:
+        return read_split(self.options, partition)
+
+
+def _to_json(offsets: dict[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, p), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(p)] = offset
+    return out
+
+
+def _from_json(offsets: Offsets) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): offset for topic, ps in offsets.items() for p, offset in ps.items()}
+
+
+class TieredKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.raw = CaseInsensitiveOptions(options)
+        self.options = Options.parse(options)
+        limit = options.get("maxOffsetsPerTrigger")
+        self.max_offsets = int(limit) if limit else None
+        self.target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        planner = _Planner(self.raw)
+        self.target = planner.list_offsets(planner.partitions(), LATEST)
+
+    def initialOffset(self) -> dict:
+        planner = _Planner(self.raw)
+        partitions = planner.partitions()
+        return _to_json(planner.resolve(self.raw.get("startingOffsets"), partitions, "latest",
+                                        self.raw.get("startingTimestamp")))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        planner = _Planner(self.raw)
+        partitions = planner.partitions()
+        latest = planner.list_offsets(partitions, LATEST)
+        if self.target is not None:  # AvailableNow: nothing past what existed when the query began
+            partitions = [tp for tp in partitions if tp in self.target]
+            latest = {tp: min(latest[tp], self.target[tp]) for tp in partitions}
+        begin = _from_json(start)
+        earliest = None
+        for tp in partitions:
+            if tp not in begin:  # a partition added since the query started: from its beginning
+                earliest = earliest or planner.list_offsets(partitions, EARLIEST)
+                begin[tp] = earliest[tp]
+        end = {tp: max(latest[tp], begin[tp]) for tp in partitions}
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limit(begin, end, limit.max_rows)
+        return _to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        planner = _Planner(self.raw)
+        return _to_json(planner.list_offsets(planner.partitions(), LATEST))
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, until = _from_json(start), _from_json(end)
+        ranges = {tp: (begin.get(tp, until[tp]), until[tp]) for tp in until}
+        return _Planner(self.raw).plan(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator:
+        return read_split(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # nothing to release: every micro-batch is planned from the offsets alone
+
+
+def _rate_limit(begin: dict[tuple[str, int], int], end: dict[tuple[str, int], int],
+                max_offsets: int) -> dict[tuple[str, int], int]:
+    """At most ``max_offsets`` offsets in all, shared in proportion to each partition's backlog
+    (as Spark's Kafka source shares maxOffsetsPerTrigger)."""
+    lag = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(lag.values())
+    if total <= max_offsets:
+        return end
+    share = {tp: lag[tp] * max_offsets // total for tp in end}
+    left = max_offsets - sum(share.values())
+    for tp in sorted(end, key=lambda t: lag[t] - share[t], reverse=True):
+        if left <= 0:
+            break
+        if share[tp] < lag[tp]:
+            share[tp] += 1
+            left -= 1
+    return {tp: begin[tp] + share[tp] for tp in end}
+
+
+class TieredKafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType | str:
+        return spark_ddl(self.options.get("includeHeaders", "false").lower() == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TieredKafkaBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TieredKafkaStreamReader(self.options)
