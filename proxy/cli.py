@@ -69,6 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
     segments.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="for a topic:// store")
     segments.add_argument("--topic", help="only this topic")
     segments.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    backfill = sub.add_parser("backfill", help="write a topic's whole history to Parquet with Spark (the tiered-kafka "
+                                               "data source: remote segments read by the executors, the tail through "
+                                               "the proxy)")
+    backfill.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="the proxy")
+    backfill.add_argument("--topic", required=True, help="topic (or comma-separated topics) to read")
+    backfill.add_argument("--output", required=True, help="Parquet output directory (any path Spark can write)")
+    backfill.add_argument("--remote", required=True, metavar="URI", help="the proxy's remote tier (remote.log.storage.uri)")
+    backfill.add_argument("--metadata", required=True, metavar="URI",
+                          help="the proxy's metadata store (remote.log.metadata.uri)")
+    backfill.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    backfill.add_argument("--isolation-level", default="read_committed", choices=["read_committed", "read_uncommitted"])
+    backfill.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                          help="another data source option (e.g. remote.log.storage.s3.access.key.id=..., "
+                               "endingOffsets=...), repeatable")
+    backfill.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append"])
+    backfill.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     return parser
 
 
@@ -134,6 +150,23 @@ def main(argv: list[str] | None = None) -> int:
             from proxy.segments import format_segments, load_segments
 
             print(format_segments(load_segments(args.metadata, args.bootstrap_servers), args.topic))
+            return 0
+        if args.command == "backfill":
+            from tiering.spark_backfill import backfill, spark_session
+
+            options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": args.topic,
+                       "remote.log.storage.uri": args.remote, "remote.log.metadata.uri": args.metadata,
+                       "kafka.isolation.level": args.isolation_level, "includeHeaders": "true"}
+            for item in args.option:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"--option {item!r}: expected KEY=VALUE")
+                options[key.strip()] = value.strip()
+            spark = spark_session(args.master)
+            try:
+                backfill(spark, options, args.output, mode=args.mode)
+            finally:
+                spark.stop()
             return 0
         if args.command == "demo":
             from proxy.demo import run_demo

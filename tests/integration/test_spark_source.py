@@ -129,3 +129,37 @@ def _segments(history) -> dict[int, list]:  # noqa: ANN001
 
     state = load_metadata(f"file://{Path(history.data_dir) / 'metadata'}")
     return {tp.partition: state.finished(tp) for tp in state.readable_partitions() if tp.topic == history.topic}
+
+
+def test_backfill_command_writes_the_history_to_parquet(spark, history, tmp_path):
+    import subprocess
+
+    out = tmp_path / "parquet"
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "backfill", "--bootstrap-servers", history.proxy.bootstrap,
+         "--topic", history.topic, "--output", str(out), "--master", "local[2]",
+         "--remote", f"file://{history.data_dir / 'remote'}", "--metadata", f"file://{history.data_dir / 'metadata'}"],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tasks (one per remote segment" in done.stderr and " rows to " in done.stderr
+    assert by_partition(spark.read.parquet(str(out)).collect()) == history.committed
+
+
+SPARK_KAFKA_JARS = "TIERED_PROXY_SPARK_KAFKA_JARS"
+
+
+@pytest.mark.skipif(not os.environ.get(SPARK_KAFKA_JARS),
+                    reason=f"Spark's Kafka connector jars are on no registry this machine reaches; set {SPARK_KAFKA_JARS} "
+                           "to a folder holding spark-sql-kafka-0-10, spark-token-provider-kafka, kafka-clients and "
+                           "commons-pool2 jars matching the installed Spark (see README)")
+def test_sparks_own_kafka_source_reads_the_whole_history_through_the_proxy(history, tmp_path):
+    import subprocess
+
+    job = Path(__file__).parent.parent / "spark_kafka_job.py"
+    done = subprocess.run([sys.executable, str(job), os.environ[SPARK_KAFKA_JARS], history.proxy.bootstrap,
+                           history.topic, str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    want = sorted([p, r.offset] for p, records in history.everything.items() for r in records)
+    assert result["batch"] == want  # offset 0 onwards: the remote part too
+    assert result["stream"] == want
