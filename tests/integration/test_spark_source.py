@@ -163,3 +163,12 @@ def test_sparks_own_kafka_source_reads_the_whole_history_through_the_proxy(histo
     want = sorted([p, r.offset] for p, records in history.everything.items() for r in records)
     assert result["batch"] == want  # offset 0 onwards: the remote part too
     assert result["stream"] == want
+
+
+def test_split_segments_read_the_same_rows(spark, history):
+    """maxRecordsPerPartition splits segments at offset index entries: more tasks, same rows."""
+    whole = load(spark, history, endingOffsets=json.dumps({history.topic: {"0": 40_000, "1": 40_000, "2": 40_000}}))
+    split = load(spark, history, maxRecordsPerPartition="2000",
+                 endingOffsets=json.dumps({history.topic: {"0": 40_000, "1": 40_000, "2": 40_000}}))
+    assert split.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
+    assert by_partition(split.collect()) == by_partition(whole.collect())

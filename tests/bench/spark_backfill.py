@@ -1,0 +1,141 @@
+"""Reading a topic's history with the ``tiered-kafka`` Spark data source vs one kafka-python
+consumer reading the same history through the proxy, in one run.
+
+An embedded noida-db holds a 3-partition topic that a proxy has tiered to a local folder and
+trimmed (local retention), so nearly all of it is remote. Then, one after the other:
+
+- baseline: one kafka-python consumer through the proxy, offset 0 to the end;
+- the data source on ``local[1]`` and on ``local[2]`` (fresh session each; the read is forced with
+  Spark's ``noop`` sink, so nothing is written), timed without session start-up.
+
+Prints records/s and payload MB/s, and each figure as a ratio of the baseline.
+
+    python -m tests.bench.spark_backfill [--megabytes 100] [--segment-mb 4] [--value-bytes 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from proxy.embedded_broker import start_broker
+from tests.proxy_process import start_proxy
+from tests.tiering_checks import wait_until
+from tiering.broker_client import EARLIEST, BrokerClient
+
+PARTITIONS = 3
+TOPIC = "history"
+
+
+def produce(bootstrap: str, megabytes: int, value_bytes: int, segment_mb: int) -> int:
+    config = {"segment.bytes": str(segment_mb << 20), "remote.storage.enable": "true",
+              "local.retention.bytes": str(segment_mb << 20)}
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result arrives
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(30)
+    time.sleep(1)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    count = (megabytes << 20) // value_bytes
+    rng = random.Random(7)
+    half = value_bytes // 2
+    for i in range(count):
+        value = rng.randbytes(half) + b"x" * (value_bytes - half)  # compressible, not trivially
+        while True:
+            try:
+                producer.produce(TOPIC, key=str(i).encode(), value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+    return count
+
+
+def kafka_python_read(bootstrap: str, count: int) -> tuple[float, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             auto_offset_reset="earliest", fetch_max_bytes=64 << 20,
+                             max_partition_fetch_bytes=16 << 20)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    got = payload = 0
+    started = time.monotonic()
+    try:
+        while got < count:
+            for messages in consumer.poll(timeout_ms=1000, max_records=50_000).values():
+                got += len(messages)
+                payload += sum(len(m.value) for m in messages)
+    finally:
+        consumer.close()
+    return time.monotonic() - started, payload
+
+
+def spark_read(master: str, options: dict[str, str], count: int) -> tuple[float, int]:
+    from tiering.spark_backfill import spark_session
+
+    spark = spark_session(master, "spark-backfill-bench", **{"spark.ui.enabled": "false"})
+    try:
+        reader = spark.read.format("tiered-kafka")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        df = reader.load()
+        tasks = df.rdd.getNumPartitions()
+        started = time.monotonic()
+        df.write.format("noop").mode("overwrite").save()
+        seconds = time.monotonic() - started
+        return seconds, tasks
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--segment-mb", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=1000)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="spark-backfill-bench-"))
+    broker = start_broker("noida", work / "broker")
+    proxy = None
+    try:
+        count = produce(broker.bootstrap, args.megabytes, args.value_bytes, args.segment_mb)
+        proxy = start_proxy(broker.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
+                            "--set", "remote.log.manager.task.interval.ms=200")
+        client = BrokerClient(broker.bootstrap)
+        per_partition = count // PARTITIONS
+        assert wait_until(lambda: all(client.list_offset(1, TOPIC, p, EARLIEST)[1] > per_partition * 0.8
+                                      for p in range(PARTITIONS)), 600), "tiering did not catch up"
+        remote_share = sum(client.list_offset(1, TOPIC, p, EARLIEST)[1] for p in range(PARTITIONS)) / count
+        payload = count * args.value_bytes
+        print(f"history: {count} records, {payload / 1e6:.0f} MB payload, {remote_share:.0%} only in the remote tier")
+        seconds, _ = kafka_python_read(proxy.bootstrap, count)
+        base = count / seconds
+        rows = [("kafka-python consumer through the proxy", seconds, "-")]
+        options = {"kafka.bootstrap.servers": proxy.bootstrap, "subscribe": TOPIC,
+                   "remote.log.storage.uri": f"file://{work / 'data' / 'remote'}",
+                   "remote.log.metadata.uri": f"file://{work / 'data' / 'metadata'}"}
+        for master in ("local[1]", "local[2]"):
+            seconds, tasks = spark_read(master, options, count)
+            rows.append((f"tiered-kafka data source, {master}", seconds, str(tasks)))
+        print(f"{'reader':44} {'tasks':>5} {'seconds':>8} {'records/s':>10} {'MB/s':>7} {'vs consumer':>11}")
+        for name, seconds, tasks in rows:
+            rate = count / seconds
+            print(f"{name:44} {tasks:>5} {seconds:8.1f} {rate:10.0f} {payload / seconds / 1e6:7.1f} {rate / base:10.2f}x")
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
