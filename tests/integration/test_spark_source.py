@@ -172,3 +172,14 @@ def test_split_segments_read_the_same_rows(spark, history):
                  endingOffsets=json.dumps({history.topic: {"0": 40_000, "1": 40_000, "2": 40_000}}))
     assert split.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
     assert by_partition(split.collect()) == by_partition(whole.collect())
+
+
+def test_assign_and_subscribe_pattern_choose_partitions(spark, history):
+    ends = json.dumps({history.topic: {"0": 20_000, "1": 20_000, "2": 20_000}})
+    options = {k: v for k, v in source_options(history, endingOffsets=ends).items() if k != "subscribe"}
+    assigned = spark.read.format("tiered-kafka").options(**options, assign=json.dumps({history.topic: [1]})).load()
+    got = by_partition(assigned.collect())
+    assert list(got) == [1] and got[1] == [r for r in history.everything[1] if r.offset < 20_000]
+    pattern = spark.read.format("tiered-kafka").options(**options, subscribePattern="history-.*").load()
+    assert {r.partition for r in pattern.select("partition").distinct().collect()} == set(range(PARTITIONS))
+    assert pattern.count() == sum(len([r for r in v if r.offset < 20_000]) for v in history.everything.values())
