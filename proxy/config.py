@@ -64,6 +64,7 @@ class ProxyConfig:
     max_in_flight_requests: int = 1000
     metadata_refresh_ms: int = 30_000
     upstream_connect_timeout_ms: int = 10_000
+    metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -121,6 +122,7 @@ class ProxyConfig:
                 except ValueError:
                     raise ConfigError(f"proxy.broker.port.map: expected NODE:PORT[,NODE:PORT...], got {raw_map!r}") from None
         base = take("proxy.broker.port.base")
+        metrics = take("proxy.metrics.listen")
         cfg = cls(
             bootstrap_servers=bootstrap,
             listen_host=listen_host,
@@ -134,6 +136,7 @@ class ProxyConfig:
             max_in_flight_requests=take_int("proxy.max.in.flight.requests", 1000),
             metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
+            metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
         )
         cfg.extra = props  # keys later layers (tiering) read
         return cfg

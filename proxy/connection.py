@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,13 +42,17 @@ _I16 = struct.Struct(">h")
 class Slot:
     """The place of one request's response in the connection's response order."""
 
-    __slots__ = ("done", "payload", "api_key", "version")
+    __slots__ = ("done", "payload", "api_key", "version", "started", "outcome")
 
     def __init__(self, api_key: int, version: int) -> None:
         self.done = trio.Event()
         self.payload: bytes | bytearray | None = None  # None: nothing goes back to the client
         self.api_key = api_key
         self.version = version
+        self.started = time.perf_counter()
+        # forwarded (as is), rewritten (the proxy changed request or answer), local (answered by
+        # the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0)
+        self.outcome = "forwarded"
 
     def resolve(self, payload: bytes | bytearray | None) -> None:
         self.payload = payload
@@ -160,13 +165,20 @@ class ClientConnection:
                 with trio.move_on_after(30):
                     await self._drained.wait()
                 return
+            self.proxy.metrics.bytes_in += len(frame) + 4
             await self._handle(frame)
 
     async def _response_loop(self) -> None:
+        metrics = self.proxy.metrics
+        prometheus = self.proxy.prometheus
         async for slot in self._slots_out:
             await slot.done.wait()
             if slot.payload is not None:
                 await self.client.write_frame(slot.payload)
+                metrics.bytes_out += len(slot.payload) + 4
+            metrics.outcomes[(slot.api_key, slot.outcome)] += 1
+            if prometheus is not None:
+                prometheus.observe(slot.api_key, time.perf_counter() - slot.started)
         self._drained.set()
 
     async def _handle(self, frame: bytes | bytearray) -> None:
@@ -180,26 +192,31 @@ class ClientConnection:
             raise ProtocolError(f"unknown API key {api_key} (correlation id {corr})")
         if api_key == API_VERSIONS:
             await self._ensure_upstream()
+            slot.outcome = "local"
             slot.resolve(self._answer_api_versions(spec, version, corr))
             return
         await self._ensure_upstream()
         low_high = self.allowed.get(api_key)
         if low_high is None or not low_high[0] <= version <= low_high[1]:
+            slot.outcome = "unsupported"
             slot.resolve(self._unsupported_version(spec, version, corr, low_high))
             return
         hook = self.proxy.request_hook(api_key)
         if hook is not None:
             answer = await hook(self, spec, version, corr, view)
             if isinstance(answer, Forward):
+                slot.outcome = "rewritten"
                 self._pending.append(Pending(corr, slot, answer.hook))
                 await self.upstream.write_frame(answer.frame)  # type: ignore[union-attr]
                 return
             if answer is not None:
+                slot.outcome = "local"
                 slot.resolve(answer)
                 return
         if api_key == PRODUCE:
             _, body_at = decode_request_header(view, spec.request_header_version(version))
             if produce_acks(view[body_at:], spec.request.is_flexible(version)) == 0:
+                slot.outcome = "no_response"
                 slot.resolve(None)
                 self._pending.append(Pending(corr, None, None))
                 await self.upstream.write_frame(view)  # type: ignore[union-attr]

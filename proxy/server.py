@@ -14,6 +14,7 @@ from protocol.apis import METADATA, Api, all_apis
 from proxy.config import ProxyConfig
 from proxy.connection import ClientConnection, Forward
 from proxy.framing import FrameStream
+from proxy.prometheus import PrometheusEndpoint
 from proxy.tiered_reads import TieredReads
 from proxy.topic_admin import TopicAdmin
 from proxy.upstream import (
@@ -44,6 +45,9 @@ class Metrics:
     protocol_errors: int = 0
     upstream_errors: int = 0
     requests: collections.Counter[int] = field(default_factory=collections.Counter)
+    outcomes: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
+    bytes_in: int = 0
+    bytes_out: int = 0
 
     def count_request(self, api_key: int) -> None:
         self.requests[api_key] += 1
@@ -65,6 +69,7 @@ class Proxy:
         self.tiering = tiering  # started with the listeners, stopped when the proxy stops
         self.tiered_reads = TieredReads(self, tiering, config.extra) if tiering is not None else None
         self.topic_admin = TopicAdmin(self, tiering) if tiering is not None else None
+        self.prometheus = PrometheusEndpoint(self) if config.metrics_listen else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -79,6 +84,7 @@ class Proxy:
             await self.ensure_listeners()
             nursery.start_soon(self._metadata_refresher)
             await self._start_tiering()
+            self._start_metrics()
             log.info(
                 "proxy listening on %s:%d for upstream %s",
                 self.config.listen_host,
@@ -86,6 +92,16 @@ class Proxy:
                 ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers),
             )
             task_status.started(self)
+
+    def _start_metrics(self) -> None:
+        if self.prometheus is None or self.config.metrics_listen is None:
+            return
+        host, port = self.config.metrics_listen
+        try:
+            bound = self.prometheus.start(host, port)
+        except OSError as e:
+            raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror}") from None
+        log.info("Prometheus metrics on http://%s:%d/metrics", host, bound)
 
     async def _start_tiering(self) -> None:
         if self.tiering is None or self._nursery is None:
@@ -98,6 +114,8 @@ class Proxy:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
+                if self.prometheus is not None:
+                    self.prometheus.stop()
                 if self.tiered_reads is not None:
                     self.tiered_reads.close()
                 if self.topic_admin is not None:

@@ -58,6 +58,7 @@ from proxy.fetch_sessions import (
     PartitionKey,
     upstream_topics,
 )
+from proxy.prometheus import TopicCounters
 from tiering.model import TopicIdPartition
 from tiering.reader import RemoteRead, RemoteReader
 from tiering.service import TieringService
@@ -101,6 +102,7 @@ class TieredReads:
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        self.by_topic = TopicCounters()  # remote fetch requests, bytes, errors per topic
         policy = props.get("proxy.fetch.routing.policy", "broker-first")
         if policy not in ("broker-first", "remote-preferred"):
             raise ValueError(f"proxy.fetch.routing.policy must be broker-first or remote-preferred, not {policy!r}")
@@ -114,6 +116,11 @@ class TieredReads:
         proxy.register_hook(OFFSET_FOR_LEADER_EPOCH, self.on_offset_for_leader_epoch)
         proxy.version_caps[FETCH] = FETCH_MAX_VERSION
         proxy.version_overrides[LIST_OFFSETS] = (1, LIST_OFFSETS_MAX_VERSION)
+
+    def pool_state(self) -> tuple[int, int, int]:
+        """(remote reads waiting for a thread, threads busy, threads) of the reader pool."""
+        stats = self.limiter.statistics()
+        return stats.tasks_waiting, stats.borrowed_tokens, stats.total_tokens
 
     def stats(self) -> str:
         chunks = self.reader.chunks
@@ -267,6 +274,7 @@ class TieredReads:
                 result = results[i]
                 if isinstance(result, BaseException):
                     self.not_available += 1
+                    self.by_topic.add(tp.topic, requests=1, errors=1)
                     log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading %s at %d: %s", tp, offset, result)
                     # Empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1").
                     p["error_code"], p["records"] = self.not_available_code, b""
@@ -281,6 +289,7 @@ class TieredReads:
                     ] if read_committed else None
                 self.remote_fetches += 1
                 self.remote_fetch_bytes += len(result.records)
+                self.by_topic.add(tp.topic, requests=1, bytes=len(result.records))
         if not changed:
             return frame
         if context is not None:

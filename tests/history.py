@@ -13,7 +13,7 @@ from pathlib import Path
 
 from proxy.embedded_broker import EmbeddedBroker
 from tests.clients import Record, read_to_end
-from tests.proxy_process import ProxyProcess, start_proxy
+from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.tiering_checks import create_tiered_topic, produce_mixed, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.metadata import MetadataState
@@ -32,6 +32,7 @@ class History:
     log_starts: dict[int, int]  # the broker's log start once the fixture was ready
     journal: Path  # the proxy's remote log metadata
     data_dir: Path  # the proxy's data directory (remote folder, metadata)
+    metrics_url: str  # the proxy's Prometheus endpoint
 
     def remote_range(self, partition: int) -> tuple[int, int] | None:
         """(Rx, Ry) of a partition, from the proxy's metadata journal."""
@@ -57,8 +58,10 @@ def tiered_history(broker: EmbeddedBroker, work: Path) -> Iterator[History]:
     assert sum(map(len, everything.values())) == MESSAGES
     assert sum(map(len, committed.values())) == MESSAGES - workload.aborted_messages
 
+    metrics_port = free_port()
     proxy = start_proxy(broker.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
-                        "--set", "remote.log.manager.task.interval.ms=100")
+                        "--set", "remote.log.manager.task.interval.ms=100",
+                        "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
     try:
         client = BrokerClient(broker.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
@@ -70,6 +73,6 @@ def tiered_history(broker: EmbeddedBroker, work: Path) -> Iterator[History]:
         assert wait_until(lambda: all(s > len(everything[p]) // 2 for p, s in log_starts().items()), 120), \
             log_starts()
         yield History(proxy, topic, committed, everything, log_starts(), work / "data" / "metadata" / JOURNAL_NAME,
-                      work / "data")
+                      work / "data", f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         proxy.stop()

@@ -72,16 +72,25 @@ class TieringMetrics:
     data_loss_gaps: int = 0
     data_loss_offsets: int = 0
     local_log_start_moves: int = 0
+    copy_requests: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _by_topic: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
-    def add(self, **deltas: int) -> None:
+    def add(self, topic: str | None = None, **deltas: int) -> None:
         with self._lock:
+            per_topic = self._by_topic.setdefault(topic, {}) if topic is not None else None
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
+                if per_topic is not None:
+                    per_topic[name] = per_topic.get(name, 0) + delta
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def by_topic(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {topic: dict(counts) for topic, counts in self._by_topic.items()}
 
 
 class GapLog:
@@ -158,7 +167,7 @@ class PartitionCopier:
             self.failures = 0
         except (RemoteStorageError, BrokerClientError, OSError) as exc:
             self.failures += 1
-            self.metrics.add(copy_errors=1)
+            self.metrics.add(self.tp.topic, copy_errors=1, copy_requests=1)
             delay_ms = min(self.backoff_max_ms, 500 * 2 ** min(self.failures - 1, 16))
             self.backoff_until = time.monotonic() + delay_ms / 1000
             log.warning("tiering %s failed (attempt %d, retry in %.1fs): %s", self.tp, self.failures, delay_ms / 1000, exc)
@@ -269,7 +278,7 @@ class PartitionCopier:
             return
         self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             segment_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
-        self.metrics.add(copied_segments=1, copied_bytes=facts.size_bytes)
+        self.metrics.add(self.tp.topic, copied_segments=1, copied_bytes=facts.size_bytes, copy_requests=1)
         log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
         builder.discard()
         self.open = None
@@ -296,7 +305,7 @@ class PartitionCopier:
             raise BrokerClientError(f"{self.tp}: offset {self.next_offset} out of range but log start is {log_start}")
         first, last = self.next_offset, log_start - 1
         log.error("DATA LOSS: %s offsets %d..%d were deleted by the brokers before they were tiered", self.tp, first, last)
-        self.metrics.add(data_loss_gaps=1, data_loss_offsets=last - first + 1)
+        self.metrics.add(self.tp.topic, data_loss_gaps=1, data_loss_offsets=last - first + 1)
         self.gaps.record(self.tp, first, last)
         if self.open is not None and not self.open.empty:
             self._roll()  # what was fetched before the gap is still good
@@ -326,7 +335,7 @@ class PartitionCopier:
             if segment.end_offset >= floor:
                 break
             self._delete_segment(segment)  # wholly below the log start DeleteRecords set
-            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+            self.metrics.add(self.tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
             log.info("deleted %s remote segment %d..%d below log start %d", self.tp, segment.start_offset,
                      segment.end_offset, floor)
         if self.tiered_epoch is None:  # KIP-950 retain: the topic-wide retention, from Rx
@@ -349,7 +358,7 @@ class PartitionCopier:
                 break
             self._delete_segment(segment)
             total -= segment.segment_size_bytes
-            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+            self.metrics.add(self.tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
             log.info("expired %s remote segment %d..%d", self.tp, segment.start_offset, segment.end_offset)
 
     def _local_retention(self, client: BrokerClient) -> None:
@@ -383,4 +392,4 @@ class PartitionCopier:
             return
         log.info("local retention moved %s log start %d -> %d", self.tp, self.log_start, low_watermark)
         self.log_start = low_watermark
-        self.metrics.add(local_log_start_moves=1)
+        self.metrics.add(self.tp.topic, local_log_start_moves=1)

@@ -67,6 +67,8 @@ class RemoteLogManager:
         self._missing: dict[str, float] = {}  # topic with remote data -> when listings stopped showing it
         self._lifecycle_tasks: list[Callable[[], None]] = []
         self._ids_lock = threading.Lock()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -130,7 +132,17 @@ class RemoteLogManager:
 
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
-            copier.run_once(self._client())
+            with self._busy_lock:
+                self._busy += 1
+            try:
+                copier.run_once(self._client())
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def pool_state(self) -> tuple[int, int]:
+        """(copier threads busy, threads)."""
+        return self._busy, self.config.thread_pool_size
 
     def _refresh(self) -> None:
         try:
@@ -246,7 +258,7 @@ class RemoteLogManager:
             self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
             deleted += 1
-            self.metrics.add(deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
+            self.metrics.add(tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
         return deleted
 
     def mark_topic_deleted(self, name: str, topic_id: uuid.UUID | None = None) -> list[TopicIdPartition]:
@@ -328,6 +340,25 @@ class RemoteLogManager:
             log.warning(message, *args)
 
     # --- what others ask -------------------------------------------------------------------------
+
+    def topic_sizes(self) -> dict[str, tuple[int, int, int]]:
+        """Per tiered topic: (copy lag in bytes, in segments, remote log size in bytes). The lag
+        in bytes is estimated from the offsets not yet copied and the remote segments' bytes per
+        offset (the copier reads the log as a stream; it does not see the brokers' segments)."""
+        out: dict[str, list[int]] = {}
+        for tp, copier in list(self.copiers.items()):
+            segments = self.rlmm.copied_segments(tp)
+            size = sum(s.segment_size_bytes for s in segments)
+            offsets = sum(s.end_offset - s.start_offset + 1 for s in segments)
+            ry = segments[-1].end_offset if segments else None
+            lag_offsets = max(0, copier.last_stable - (ry + 1 if ry is not None else max(copier.log_start, 0)))
+            lag_bytes = lag_offsets * size // offsets if offsets else 0
+            lag_segments = -(-lag_bytes // copier.settings.segment_bytes) if lag_bytes else 0
+            entry = out.setdefault(tp.topic, [0, 0, 0])
+            entry[0] += lag_bytes
+            entry[1] += lag_segments
+            entry[2] += size
+        return {topic: (a, b, c) for topic, (a, b, c) in out.items()}
 
     def lag(self) -> dict[TopicIdPartition, int]:
         """Offsets below the last stable offset not yet in a copied segment, per partition."""

@@ -1,0 +1,154 @@
+"""The Prometheus endpoint (``proxy.metrics.listen=HOST:PORT``): KIP-405/KIP-930/KIP-963 remote
+storage metrics under Kafka's names, and the proxy's own.
+
+Kafka's JMX names become Prometheus names the way the common JMX exporter rules spell them:
+``kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec,topic=T`` is
+``kafka_server_brokertopicmetrics_remotefetchbytespersec_total{topic="T"}`` (meters are counters;
+take ``rate()``), gauges keep their name without ``_total``. Values are read from the counters the
+proxy keeps anyway when Prometheus scrapes, so the request path pays only for the latency
+histogram.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from protocol.apis import all_apis
+
+if TYPE_CHECKING:
+    from proxy.server import Proxy
+
+TOPIC_METRICS = "kafka_server_brokertopicmetrics_"
+# Seconds; proxy answers range from microseconds (local) to the remote read timeout.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class TopicCounters:
+    """Per-topic counters, thread-safe (copier threads and the proxy's event loop add to them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+
+    def add(self, topic: str, **deltas: int) -> None:
+        with self._lock:
+            counter = self._counts[topic]
+            for name, delta in deltas.items():
+                counter[name] += delta
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {topic: dict(counter) for topic, counter in self._counts.items()}
+
+
+class ProxyCollector(Collector):
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    def collect(self) -> Iterator:
+        yield from self._proxy_metrics()
+        if self.proxy.tiering is not None:
+            yield from self._remote_metrics()
+
+    def _proxy_metrics(self) -> Iterator:
+        m = self.proxy.metrics
+        yield GaugeMetricFamily("tiered_proxy_connections", "Open client connections", value=m.connections_open)
+        yield CounterMetricFamily("tiered_proxy_connections", "Client connections accepted", value=m.connections_total)
+        yield CounterMetricFamily("tiered_proxy_protocol_errors", "Client connections closed for malformed requests",
+                                  value=m.protocol_errors)
+        yield CounterMetricFamily("tiered_proxy_upstream_errors", "Client connections closed because of the broker",
+                                  value=m.upstream_errors)
+        yield CounterMetricFamily("tiered_proxy_bytes_in", "Bytes of client requests", value=m.bytes_in)
+        yield CounterMetricFamily("tiered_proxy_bytes_out", "Bytes of responses to clients", value=m.bytes_out)
+        requests = CounterMetricFamily("tiered_proxy_requests", "Client requests by API and outcome",
+                                       labels=["api", "outcome"])
+        names = {key: spec.name for key, spec in all_apis().items()}
+        for (api_key, outcome), count in sorted(m.outcomes.items()):
+            requests.add_metric([names.get(api_key, str(api_key)), outcome], count)
+        yield requests
+
+    def _remote_metrics(self) -> Iterator:
+        tiering = self.proxy.tiering
+        assert tiering is not None
+        reads = self.proxy.tiered_reads
+        fetch = reads.by_topic.snapshot() if reads is not None else {}
+        copy = tiering.manager.metrics.by_topic()
+        for name, help_text, source, key in (
+            ("remotefetchbytespersec", "Bytes read from remote storage", fetch, "bytes"),
+            ("remotefetchrequestspersec", "Remote storage read requests", fetch, "requests"),
+            ("remotefetcherrorspersec", "Remote storage read errors", fetch, "errors"),
+            ("remotecopybytespersec", "Bytes copied to remote storage", copy, "copied_bytes"),
+            ("remotecopyrequestspersec", "Remote storage copy requests", copy, "copy_requests"),
+            ("remotecopyerrorspersec", "Remote storage copy errors", copy, "copy_errors"),
+            ("remotedeleterequestspersec", "Remote segment deletions", copy, "deleted_segments"),
+        ):
+            family = CounterMetricFamily(TOPIC_METRICS + name, help_text, labels=["topic"])
+            for topic, counts in sorted(source.items()):
+                family.add_metric([topic], counts.get(key, 0))
+            yield family
+        lag_bytes = GaugeMetricFamily(TOPIC_METRICS + "remotecopylagbytes",
+                                      "Bytes below the last stable offset not yet copied (estimated from the "
+                                      "remote segments' bytes per offset)", labels=["topic"])
+        lag_segments = GaugeMetricFamily(TOPIC_METRICS + "remotecopylagsegments",
+                                         "Segments' worth of data below the last stable offset not yet copied",
+                                         labels=["topic"])
+        size = GaugeMetricFamily(TOPIC_METRICS + "remotelogsizebytes", "Bytes of copied remote segments",
+                                 labels=["topic"])
+        for topic, (lag_b, lag_s, size_b) in sorted(tiering.manager.topic_sizes().items()):
+            lag_bytes.add_metric([topic], lag_b)
+            lag_segments.add_metric([topic], lag_s)
+            size.add_metric([topic], size_b)
+        yield from (lag_bytes, lag_segments, size)
+        if reads is not None:
+            queued, busy, threads = reads.pool_state()
+            yield GaugeMetricFamily("kafka_log_remote_remotestoragethreadpool_remotelogreadertaskqueuesize",
+                                    "Remote reads waiting for a reader thread", value=queued)
+            yield GaugeMetricFamily("kafka_log_remote_remotestoragethreadpool_remotelogreaderavgidlepercent",
+                                    "Share of reader threads idle", value=1 - busy / threads if threads else 1)
+            yield CounterMetricFamily("tiered_proxy_tiered_storage_not_available",
+                                      "Remote reads that failed or timed out (TIERED_STORAGE_NOT_AVAILABLE)",
+                                      value=reads.not_available)
+        busy, pool = tiering.manager.pool_state()
+        yield GaugeMetricFamily("kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
+                                "Share of remote log manager threads idle", value=1 - busy / pool if pool else 1)
+        totals = tiering.manager.metrics.snapshot()
+        yield CounterMetricFamily("tiered_proxy_data_loss_gaps", "Ranges the brokers deleted before they were tiered",
+                                  value=totals["data_loss_gaps"])
+        yield CounterMetricFamily("tiered_proxy_data_loss_offsets", "Offsets the brokers deleted before they were tiered",
+                                  value=totals["data_loss_offsets"])
+        yield CounterMetricFamily("tiered_proxy_local_log_start_moves", "DeleteRecords sent for local retention",
+                                  value=totals["local_log_start_moves"])
+
+
+class PrometheusEndpoint:
+    def __init__(self, proxy: Proxy) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(ProxyCollector(proxy))
+        self.latency = Histogram("tiered_proxy_request_latency_seconds",
+                                 "From a request's arrival to its response being written, by API",
+                                 ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._children: dict[int, object] = {}
+        self._names = {key: spec.name for key, spec in all_apis().items()}
+        self.server = None
+
+    def observe(self, api_key: int, seconds: float) -> None:
+        child = self._children.get(api_key)
+        if child is None:
+            child = self._children[api_key] = self.latency.labels(self._names.get(api_key, str(api_key)))
+        child.observe(seconds)  # type: ignore[attr-defined]
+
+    def start(self, host: str, port: int) -> int:
+        self.server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return self.server.server_port
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server = None
