@@ -65,6 +65,7 @@ class ProxyConfig:
     metadata_refresh_ms: int = 30_000
     upstream_connect_timeout_ms: int = 10_000
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
+    validate_requests: bool = True  # parse every forwarded request before a broker sees it
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -137,6 +138,7 @@ class ProxyConfig:
             metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
+            validate_requests=(take("proxy.request.validation") or "true").strip().lower() != "false",
         )
         cfg.extra = props  # keys later layers (tiering) read
         return cfg

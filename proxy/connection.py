@@ -213,8 +213,13 @@ class ClientConnection:
                 slot.outcome = "local"
                 slot.resolve(answer)
                 return
+        _, body_at = decode_request_header(view, spec.request_header_version(version))
+        if self.proxy.config.validate_requests:
+            # Every request must parse against Kafka's schema before a broker sees it: some
+            # brokers (noida-db) crash on a truncated array. Raises ProtocolError: this
+            # connection closes with one log line. Record sets stay undecoded (zero-copy).
+            spec.request_codec(version).decode(view[body_at:])
         if api_key == PRODUCE:
-            _, body_at = decode_request_header(view, spec.request_header_version(version))
             if produce_acks(view[body_at:], spec.request.is_flexible(version)) == 0:
                 slot.outcome = "no_response"
                 slot.resolve(None)
