@@ -69,6 +69,7 @@ class RemoteLogManager:
         self._ids_lock = threading.Lock()
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._round_lock = threading.Lock()  # a round, or a release of partitions, at a time
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -109,6 +110,20 @@ class RemoteLogManager:
     # --- one round -------------------------------------------------------------------------------
 
     def run_once(self) -> None:
+        with self._round_lock:
+            self._run_round()
+
+    def release(self, metadata_partitions: set[int]) -> None:
+        """Stop copying the partitions that belong to these metadata partitions (another instance
+        takes them over); returns once no pass for them is running."""
+        from tiering.metadata_codec import metadata_partition
+
+        partitions = getattr(self.rlmm, "partitions_count", None)
+        with self._round_lock:
+            self._stop_copiers(lambda tp: partitions is not None
+                               and metadata_partition(tp, partitions) in metadata_partitions)
+
+    def _run_round(self) -> None:
         self._lifecycle_tasks = []
         self._refresh()
         due = [c for c in self.copiers.values() if c.due()]
@@ -160,7 +175,8 @@ class RemoteLogManager:
                 continue
             if state.state == TieringState.DISABLING:
                 self._stop_copiers(lambda tp, name=topic.name: tp.topic == name)
-                self._lifecycle_tasks.append(functools.partial(self._disable, state, topic))
+                if self.owns(TopicIdPartition(state.topic_id, topic.name, 0)):  # one instance finishes it
+                    self._lifecycle_tasks.append(functools.partial(self._disable, state, topic))
                 continue
             if state.state == TieringState.DISABLED and state.disable_policy == DisablePolicy.DELETE:
                 continue  # nothing left to copy or expire
@@ -291,6 +307,8 @@ class RemoteLogManager:
         now = time.monotonic()
         missing: dict[str, float] = {}
         for name, ids in live.items():
+            if not any(self.owns(TopicIdPartition(i, name, 0)) for i in ids):
+                continue  # the instance owning the topic's partition 0 decides
             info = topics.get(name)
             if info is None:
                 since = missing[name] = self._missing.get(name, now)
@@ -319,7 +337,8 @@ class RemoteLogManager:
             if state in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
                          RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
                 self._stop_copiers(lambda t, tp=tp: t == tp)
-                self._lifecycle_tasks.append(functools.partial(self._delete_partition, tp, state))
+                if self.owns(tp):
+                    self._lifecycle_tasks.append(functools.partial(self._delete_partition, tp, state))
 
     def _delete_partition(self, tp: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
         """DELETE_PARTITION_STARTED -> every segment deleted -> FINISHED; repeated after a restart."""

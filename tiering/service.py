@@ -34,6 +34,9 @@ STORAGE_URI_CONFIG = "remote.log.storage.uri"
 METADATA_URI_CONFIG = "remote.log.metadata.uri"
 METADATA_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
 METADATA_REPLICATION_CONFIG = "remote.log.metadata.topic.replication.factor"
+OWNERSHIP_CONFIG = "proxy.copier.ownership"  # group (default with a metadata topic) or all
+GROUP_ID_CONFIG = "remote.log.manager.group.id"
+GROUP_SESSION_TIMEOUT_CONFIG = "remote.log.manager.group.session.timeout.ms"
 DEFAULT_DATA_DIR = "/tmp/tiered-proxy"
 DEFAULT_METADATA_TOPIC = "__remote_log_metadata"
 
@@ -65,6 +68,7 @@ class TieringService:
     data_dir: Path
     storage_uri: str = ""
     metadata_uri: str = ""
+    ownership: object | None = None  # GroupOwnership when instances share a metadata topic
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, props: Mapping[str, object]) -> TieringService | None:
@@ -79,14 +83,27 @@ class TieringService:
         storage = storage_from_uri(storage_uri, **dict(props))
         metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props)
         manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir)
+        ownership = None
+        if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
+            # A shared metadata topic: instances divide the copying by a consumer group.
+            from tiering.ownership import DEFAULT_GROUP_ID, GroupOwnership
+
+            ownership = GroupOwnership(
+                bootstrap_servers, metadata.topic, metadata.partitions_count,  # type: ignore[attr-defined]
+                group_id=str(props.get(GROUP_ID_CONFIG) or DEFAULT_GROUP_ID),
+                session_timeout_ms=int(str(props.get(GROUP_SESSION_TIMEOUT_CONFIG, 10_000))),
+                on_release=manager.release, on_acquire=lambda _: manager.wake())
+            manager.owns = ownership.owns
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")
-        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri)
+        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership)
 
     def start(self) -> None:
         self.manager.start()
 
     def stop(self) -> None:
+        if self.ownership is not None:
+            self.ownership.close()  # type: ignore[attr-defined]
         self.manager.stop()
         self.metadata.close()
         self.storage.close()

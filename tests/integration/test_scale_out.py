@@ -1,0 +1,91 @@
+"""Several proxies in front of one cluster share the topic-based metadata store and divide the
+copying with a consumer group over the metadata topic's partitions. On Tansu (noida-db's groups
+do not work with kafka-python's two-member rebalance, see tests/UPSTREAMS.md)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+from tests.proxy_process import start_proxy
+from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
+from tiering.broker_client import BrokerClient
+from tiering.metadata_view import load_metadata
+from tiering.model import TopicIdPartition
+
+PARTITIONS = 6
+METADATA_PARTITIONS = 6
+
+
+class _Segments:
+    """The shared store's finished segments, read with a store of the test's own."""
+
+    def __init__(self, uri: str, bootstrap: str) -> None:
+        self.uri, self.bootstrap = uri, bootstrap
+
+    def ends(self, tps: list[TopicIdPartition]) -> dict[TopicIdPartition, int]:
+        state = load_metadata(self.uri, self.bootstrap, {"remote.log.metadata.topic.num.partitions": METADATA_PARTITIONS})
+        return {tp: state.finished(tp)[-1].end_offset for tp in tps if state.finished(tp)}
+
+
+def _produce(bootstrap: str, topic: str, count: int, start: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(topic, key=str(i).encode(), value=f"v{i}-".encode() + bytes(200), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+def _copied_partitions(log_text: str, topic: str) -> set[int]:
+    return {int(m) for m in re.findall(rf"tiered {re.escape(topic)}-(\d+) ", log_text)}
+
+
+def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, unique_name):
+    topic = f"scale-{unique_name}"
+    metadata = f"topic://rlmm-{unique_name}"
+    common = ("--metadata", metadata, "--remote", f"file://{tmp_path / 'remote'}",
+              "--set", f"remote.log.metadata.topic.num.partitions={METADATA_PARTITIONS}",
+              "--set", f"remote.log.manager.group.id=copiers-{unique_name}",
+              "--set", "remote.log.manager.group.session.timeout.ms=6000",
+              "--set", "remote.log.manager.task.interval.ms=200")
+    create_tiered_topic(tansu.bootstrap, topic, PARTITIONS)
+    first = start_proxy(tansu.bootstrap, tmp_path / "a", "--data-dir", str(tmp_path / "a-data"), *common)
+    second = start_proxy(tansu.bootstrap, tmp_path / "b", "--data-dir", str(tmp_path / "b-data"), *common)
+    client = BrokerClient(tansu.bootstrap)
+    tps = partitions_of(client, topic)
+    segments = _Segments(metadata, tansu.bootstrap)
+    try:
+        _produce(tansu.bootstrap, topic, 12_000, 0)
+        wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}  # last offset below the LSO
+        assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 90)
+        copied_a, copied_b = _copied_partitions(first.log_text(), topic), _copied_partitions(second.log_text(), topic)
+        assert copied_a and copied_b and not copied_a & copied_b  # divided, each partition by one instance
+
+        first.stop(signal.SIGKILL)  # its partitions move to the other after the session timeout
+        time.sleep(1)
+        _produce(tansu.bootstrap, topic, 12_000, 12_000)
+        wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}
+        assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 120)
+        assert _copied_partitions(second.log_text(), topic) == set(range(PARTITIONS))
+
+        # Nothing lost or copied twice: contiguous from 0, and the bytes are the broker's.
+        from tiering.metadata_topic import TopicMetadataStore
+        from tiering.storage import LocalFolderStorage
+
+        store = TopicMetadataStore(tansu.bootstrap, tmp_path / "check", topic=metadata.removeprefix("topic://"),
+                                   partitions=METADATA_PARTITIONS)
+        storage = LocalFolderStorage(tmp_path / "remote")
+        try:
+            for tp in tps:
+                chain = check_contiguous(store, tp)
+                remote = b"".join(storage.fetch_log_segment(s, 0) for s in chain)
+                assert remote == direct_log(client, tp)[0][:len(remote)]
+                assert chain[-1].end_offset >= wanted[tp]
+        finally:
+            store.close()
+            storage.close()
+    finally:
+        first.stop()
+        second.stop()
