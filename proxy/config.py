@@ -66,6 +66,7 @@ class ProxyConfig:
     upstream_connect_timeout_ms: int = 10_000
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
     validate_requests: bool = True  # parse every forwarded request before a broker sees it
+    listener_tls: bool = False  # listeners=SSL://...: clients speak TLS (see proxy/tls.py)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -111,8 +112,12 @@ class ProxyConfig:
         if not servers:
             raise ConfigError("bootstrap.servers: the upstream brokers are required (HOST:PORT[,HOST:PORT...])")
         bootstrap = [parse_host_port(s, "bootstrap.servers") for s in servers.split(",") if s.strip()]
-        listen = take("listeners") or "127.0.0.1:19092"
-        listen_host, listen_port = parse_host_port(listen.split(",")[0], "listeners")
+        listen = (take("listeners") or "127.0.0.1:19092").split(",")[0].strip()
+        scheme = listen.split("://", 1)[0].upper() if "://" in listen else "PLAINTEXT"
+        if scheme not in ("PLAINTEXT", "SSL"):
+            raise ConfigError(f"listeners: {scheme}:// is not supported (PLAINTEXT:// or SSL://; SASL passes "
+                              "through to the brokers over either)")
+        listen_host, listen_port = parse_host_port(listen, "listeners")
         port_map: dict[int, int] = {}
         raw_map = take("proxy.broker.port.map")
         if raw_map:
@@ -139,6 +144,7 @@ class ProxyConfig:
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
             validate_requests=(take("proxy.request.validation") or "true").strip().lower() != "false",
+            listener_tls=scheme == "SSL",
         )
         cfg.extra = props  # keys later layers (tiering) read
         return cfg

@@ -94,12 +94,13 @@ def produce_acks(body: memoryview, flexible: bool) -> int:
 
 
 class ClientConnection:
-    def __init__(self, proxy: Proxy, stream: trio.SocketStream, node_id: int | None) -> None:
+    def __init__(self, proxy: Proxy, stream: trio.SocketStream | trio.SSLStream, node_id: int | None) -> None:
         self.proxy = proxy
         self.client = FrameStream(stream, proxy.config.socket_request_max_bytes)
         self.node_id = node_id  # None: the bootstrap listener
+        raw = stream if isinstance(stream, trio.SocketStream) else stream.transport_stream
         try:
-            host, port = stream.socket.getpeername()[:2]
+            host, port = raw.socket.getpeername()[:2]  # type: ignore[attr-defined]
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"

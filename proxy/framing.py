@@ -21,9 +21,10 @@ class FrameStream:
     straight into one buffer of its exact size instead of being concatenated from chunks.
     """
 
-    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream, max_frame_bytes: int) -> None:
         self.stream = stream
-        self._sock = stream.socket
+        # Plain TCP reads straight from the socket; TLS through the stream (which decrypts).
+        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else _StreamReader(stream)
         self._buf = bytearray()
         self.max_frame_bytes = max_frame_bytes
         self.bytes_in = 0
@@ -76,6 +77,21 @@ class FrameStream:
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             await self.stream.aclose()
+
+
+class _StreamReader:
+    """``recv``/``recv_into`` over a trio stream that has no socket of its own (TLS)."""
+
+    def __init__(self, stream: trio.SSLStream) -> None:
+        self.stream = stream
+
+    async def recv(self, size: int) -> bytes:
+        return bytes(await self.stream.receive_some(size))
+
+    async def recv_into(self, view: memoryview) -> int:
+        chunk = await self.stream.receive_some(len(view))
+        view[:len(chunk)] = chunk
+        return len(chunk)
 
 
 def frame_size_prefix(payload_len: int) -> bytes:

@@ -16,6 +16,7 @@ from proxy.connection import ClientConnection, Forward
 from proxy.framing import FrameStream
 from proxy.prometheus import PrometheusEndpoint
 from proxy.tiered_reads import TieredReads
+from proxy.tls import server_context
 from proxy.topic_admin import TopicAdmin
 from proxy.upstream import (
     BrokerVersions,
@@ -70,6 +71,7 @@ class Proxy:
         self.tiered_reads = TieredReads(self, tiering, config.extra) if tiering is not None else None
         self.topic_admin = TopicAdmin(self, tiering) if tiering is not None else None
         self.prometheus = PrometheusEndpoint(self) if config.metrics_listen else None
+        self.tls = server_context(config.extra) if config.listener_tls else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -143,7 +145,10 @@ class Proxy:
         self.listen_ports[node_id] = listeners[0].socket.getsockname()[1]
 
         async def handle(stream: trio.SocketStream) -> None:
-            await ClientConnection(self, stream, node_id).serve()
+            client: trio.SocketStream | trio.SSLStream = stream
+            if self.tls is not None:
+                client = trio.SSLStream(stream, self.tls, server_side=True, https_compatible=True)
+            await ClientConnection(self, client, node_id).serve()
 
         self._nursery.start_soon(trio.serve_listeners, handle, listeners)
         if node_id is not None:

@@ -59,7 +59,8 @@ class ProxyProcess:
         return self.process.returncode
 
 
-def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30) -> ProxyProcess:
+def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30,
+                scheme: str = "") -> ProxyProcess:
     """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly."""
     work_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -69,7 +70,7 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
     cmd = [
         sys.executable, "-m", "proxy.cli", "serve",
         "--bootstrap-servers", upstream_bootstrap,
-        "--listen", f"127.0.0.1:{port}",
+        "--listen", f"{scheme}127.0.0.1:{port}",
         "--set", f"proxy.broker.port.map={mapping}",
         "--data-dir", str(work_dir / f"data-{port}"),
         *extra_args,
