@@ -182,6 +182,8 @@ def main() -> None:
         client = BrokerClient(broker.bootstrap)
         assert wait_until(lambda: all(client.list_offset(1, "load-history", q, EARLIEST)[1] > 0
                                       for q in range(PARTITIONS)), 300), "history not tiered"
+        idle_rss = next(int(line.split()[1]) for line in Path(f"/proc/{proxy.process.pid}/status").read_text()
+                        .splitlines() if line.startswith("VmRSS")) * 1024
         sampler = Sampler(proxy.process.pid)
         sampler.start()
         results: mp.Queue = mp.Queue()
@@ -217,9 +219,12 @@ def main() -> None:
               f"{p50 * 1000:8.1f} {p99 * 1000:8.1f}  {meaning[workload]}")
     bound = CHUNK_CACHE + INDEX_CACHE + (READER_THREADS + PREFETCH_THREADS) * CHUNK
     cpu = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(sampler.cpu, sampler.cpu[1:], strict=False)]
-    print(f"proxy RSS: peak {max(sampler.rss) / 1e6:.0f} MB, median {statistics.median(sampler.rss) / 1e6:.0f} MB; "
-          f"remote-read memory bound (chunk cache + index cache + one chunk per reader/prefetch thread) "
-          f"{bound / 1e6:.0f} MB")
+    peak = max(sampler.rss)
+    print(f"proxy RSS: idle (tiering done, before load) {idle_rss / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB, "
+          f"median {statistics.median(sampler.rss) / 1e6:.0f} MB")
+    print(f"bound: idle + remote-read caches (chunk cache + index cache + one chunk per reader/prefetch thread, "
+          f"{bound / 1e6:.0f} MB) + frames in flight; peak - idle = {(peak - idle_rss) / 1e6:.0f} MB "
+          f"({'within' if peak - idle_rss <= bound else 'ABOVE'} the cache bound)")
     print(f"proxy CPU: mean {statistics.mean(cpu):.0%} of one core, peak {max(cpu):.0%}")
 
 
