@@ -12,6 +12,7 @@ from pathlib import Path
 import trio
 
 from proxy.config import ConfigError, ProxyConfig, load_properties
+from proxy.log_format import configure as configure_logging
 from proxy.server import Proxy
 from tiering.service import TieringService
 
@@ -25,6 +26,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="override one config key (repeatable), e.g. --set socket.request.max.bytes=1048576",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="text lines, or JSON lines (ts, level, logger, message, error); one line per record")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,7 +132,7 @@ async def _serve_until_signal(proxy: Proxy) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         if args.command == "serve":
             config = config_from_args(args)

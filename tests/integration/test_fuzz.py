@@ -22,7 +22,7 @@ from tests.raw import RawClient
 def fuzz_target(own_noida, tmp_path_factory):
     # A broker of its own: noida-db dies on some malformed requests (a truncated compact array),
     # which the proxy must therefore never forward.
-    proxy = start_proxy(own_noida.bootstrap, tmp_path_factory.mktemp("fuzz"))
+    proxy = start_proxy(own_noida.bootstrap, tmp_path_factory.mktemp("fuzz"), "--log-format", "json")
     control = RawClient(proxy.bootstrap)
     offered = control.request(API_VERSIONS, 3, {"client_software_name": "fuzz", "client_software_version": "1"})
     apis = sorted((k["api_key"], k["min_version"], k["max_version"]) for k in offered["api_keys"])
@@ -89,5 +89,10 @@ def test_malformed_requests_close_only_their_own_connection(fuzz_target):
     assert len(seen) >= len(apis) // 2  # the draw covered the APIs broadly
     # The connection opened before all this is still served.
     assert control.request(METADATA, 4, {"topics": [], "allow_auto_topic_creation": False})["brokers"]
-    assert "malformed request" in proxy.log_text()
+    # One JSON object per line (--log-format json), one line per closed connection.
+    import json
+
+    records = [json.loads(line) for line in proxy.log_text().splitlines() if line.strip()]
+    malformed = [r for r in records if "malformed request" in r["message"]]
+    assert malformed and all(r["level"] == "WARNING" and r["logger"] == "proxy.connection" for r in malformed)
     assert "cannot connect to broker" not in proxy.log_text()  # nothing malformed reached the broker
