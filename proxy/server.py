@@ -26,6 +26,7 @@ from proxy.upstream import (
     open_upstream,
     probe_api_versions,
 )
+from tiering.broker_tls import upstream_ssl_context
 from tiering.service import TieringService
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class Proxy:
         self.topic_admin = TopicAdmin(self, tiering) if tiering is not None else None
         self.prometheus = PrometheusEndpoint(self) if config.metrics_listen else None
         self.tls = server_context(config.extra) if config.listener_tls else None
+        self.upstream_tls = upstream_ssl_context(config.extra)  # toward the brokers, or None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -182,7 +184,8 @@ class Proxy:
         errors = []
         for host, port in candidates:
             try:
-                conn = await open_upstream(host, port, timeout, self.config.upstream_response_max_bytes)
+                conn = await open_upstream(host, port, timeout, self.config.upstream_response_max_bytes,
+                                           self.upstream_tls)
             except UpstreamError as e:
                 errors.append(str(e))
                 continue

@@ -83,7 +83,7 @@ class TopicAdmin:
         self.tiering = tiering
         self.defaults = tiering.manager.config
         bootstrap = ",".join(f"{h}:{p}" for h, p in proxy.config.bootstrap_servers)
-        self._broker = BrokerClient(bootstrap)
+        self._broker = BrokerClient(bootstrap, ssl_context=tiering.manager.ssl_context)
         self._broker_lock = threading.Lock()  # one request at a time on the helper client
         for key, hook in ((CREATE_TOPICS, self.on_create_topics), (DELETE_TOPICS, self.on_delete_topics),
                           (DELETE_RECORDS, self.on_delete_records), (DESCRIBE_CONFIGS, self.on_describe_configs),

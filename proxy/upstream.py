@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,14 +35,25 @@ class BrokerVersions:
     version: int
 
 
-async def open_upstream(host: str, port: int, timeout_s: float, max_frame_bytes: int) -> FrameStream:
+async def open_upstream(host: str, port: int, timeout_s: float, max_frame_bytes: int,
+                        ssl_context: ssl.SSLContext | None = None) -> FrameStream:
+    stream: trio.SocketStream | trio.SSLStream | None = None
     with trio.move_on_after(timeout_s) as scope:
         try:
             stream = await trio.open_tcp_stream(host, port)
-        except OSError as e:
-            raise UpstreamError(f"cannot connect to broker {host}:{port}: {e.strerror or e}") from None
+            if ssl_context is not None:
+                stream = trio.SSLStream(stream, ssl_context, server_hostname=host, https_compatible=True)
+                await stream.do_handshake()
+        except (OSError, trio.BrokenResourceError) as e:
+            if stream is not None:
+                await stream.aclose()
+            cause = e.__cause__ if isinstance(e, trio.BrokenResourceError) and e.__cause__ else e
+            raise UpstreamError(f"cannot connect to broker {host}:{port}: {getattr(cause, 'strerror', None) or cause}") from None
     if scope.cancelled_caught:
+        if stream is not None:
+            await stream.aclose()
         raise UpstreamError(f"connecting to broker {host}:{port} timed out after {timeout_s:.1f}s")
+    assert stream is not None
     return FrameStream(stream, max_frame_bytes)
 
 

@@ -60,11 +60,11 @@ class ProxyProcess:
 
 
 def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30,
-                scheme: str = "") -> ProxyProcess:
+                scheme: str = "", node_ids: list[int] | None = None) -> ProxyProcess:
     """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly."""
     work_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    node_ports = {node: free_port() for node in broker_node_ids(upstream_bootstrap)}
+    node_ports = {node: free_port() for node in (node_ids or broker_node_ids(upstream_bootstrap))}
     mapping = ",".join(f"{n}:{p}" for n, p in node_ports.items())
     log_path = work_dir / f"proxy-{port}.log"
     cmd = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -65,12 +66,14 @@ class FetchedPartition:
 class _Connection:
     _correlation = itertools.count(1)
 
-    def __init__(self, host: str, port: int, timeout_s: float, max_response_bytes: int) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, max_response_bytes: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.address = f"{host}:{port}"
         self.max_response_bytes = max_response_bytes
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as exc:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+            self.sock = ssl_context.wrap_socket(sock, server_hostname=host) if ssl_context is not None else sock
+        except (OSError, ssl.SSLError) as exc:
             raise BrokerClientError(f"cannot connect to broker {self.address}: {exc}") from None
         self.sock.settimeout(timeout_s)
         self.versions: dict[int, tuple[int, int]] = {}
@@ -127,7 +130,8 @@ class BrokerClient:
     """Blocking requests to the brokers of one cluster (not thread-safe: one per thread)."""
 
     def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
-                 max_response_bytes: int = 1 << 30) -> None:
+                 max_response_bytes: int = 1 << 30, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.bootstrap = [_split(a) for a in bootstrap_servers.split(",") if a.strip()]
         if not self.bootstrap:
             raise ValueError("no bootstrap servers")
@@ -144,7 +148,8 @@ class BrokerClient:
     def _connection(self, address: tuple[str, int]) -> _Connection:
         conn = self._connections.get(address)
         if conn is None or conn.sock.fileno() < 0:
-            conn = self._connections[address] = _Connection(*address, self.timeout_s, self.max_response_bytes)
+            conn = self._connections[address] = _Connection(*address, self.timeout_s, self.max_response_bytes,
+                                                            self.ssl_context)
         return conn
 
     def _call(self, address: tuple[str, int], api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:

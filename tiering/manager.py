@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import ssl
 import threading
 import time
 import uuid
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 class RemoteLogManager:
     def __init__(self, bootstrap_servers: str, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
                  config: TieringConfig, data_dir: Path, *, broker_id: int = -1,
-                 owns: Callable[[TopicIdPartition], bool] = lambda tp: True) -> None:
+                 owns: Callable[[TopicIdPartition], bool] = lambda tp: True,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.rsm = rsm
         self.rlmm = rlmm
@@ -51,6 +53,7 @@ class RemoteLogManager:
         self.data_dir = Path(data_dir)
         self.broker_id = broker_id
         self.owns = owns
+        self.ssl_context = ssl_context  # TLS toward the brokers, or None
         self.metrics = TieringMetrics()
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
@@ -58,7 +61,7 @@ class RemoteLogManager:
         self._local = threading.local()
         self._clients: list[BrokerClient] = []
         self._clients_lock = threading.Lock()
-        self._control = BrokerClient(bootstrap_servers)
+        self._control = BrokerClient(bootstrap_servers, ssl_context=ssl_context)
         self._pool = ThreadPoolExecutor(config.thread_pool_size, thread_name_prefix="rlm-copier")
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -140,7 +143,7 @@ class RemoteLogManager:
     def _client(self) -> BrokerClient:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = BrokerClient(self.bootstrap_servers)
+            client = self._local.client = BrokerClient(self.bootstrap_servers, ssl_context=self.ssl_context)
             with self._clients_lock:
                 self._clients.append(client)
         return client

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
     def __init__(self, bootstrap_servers: str, snapshot_dir: str | os.PathLike[str], *,
                  topic: str = "__remote_log_metadata", partitions: int = 50, replication_factor: int = 1,
                  ready_timeout_s: float = 30.0, write_timeout_s: float = 30.0,
-                 snapshot_interval_s: float = 30.0) -> None:
+                 snapshot_interval_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
         super().__init__()
         self.topic = topic
         self.partitions_count = partitions
@@ -65,12 +66,14 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         self.records_replayed = 0
         self._applied = threading.Condition(self._lock)
         self._positions: dict[int, int] = {}  # metadata partition -> next offset to apply
+        # kafka-python takes TLS as these keyword arguments (none: plaintext).
+        self._tls = {"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context is not None else {}
         self._ensure_topic(bootstrap_servers, replication_factor)
         self._load_snapshots()
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0,
-                                       max_block_ms=int(write_timeout_s * 1000))
+                                       max_block_ms=int(write_timeout_s * 1000), **self._tls)
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                                       group_id=None, auto_offset_reset="earliest")
+                                       group_id=None, auto_offset_reset="earliest", **self._tls)
         assigned = [TopicPartition(topic, p) for p in range(partitions)]
         self._consumer.assign(assigned)
         begin = self._consumer.beginning_offsets(assigned)
@@ -93,7 +96,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
     # --- setup ---------------------------------------------------------------------------------
 
     def _ensure_topic(self, bootstrap_servers: str, replication_factor: int) -> None:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="tiered-proxy-rlmm")
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="tiered-proxy-rlmm", **self._tls)
         try:
             try:
                 admin.create_topics([NewTopic(self.topic, self.partitions_count, replication_factor,

@@ -13,6 +13,7 @@ never copy the same partition at once. An instance that dies loses its partition
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -31,7 +32,8 @@ class GroupOwnership:
     def __init__(self, bootstrap_servers: str, metadata_topic: str, partitions: int, *,
                  group_id: str = DEFAULT_GROUP_ID, session_timeout_ms: int = 10_000,
                  on_release: Callable[[set[int]], None] = lambda released: None,
-                 on_acquire: Callable[[set[int]], None] = lambda acquired: None) -> None:
+                 on_acquire: Callable[[set[int]], None] = lambda acquired: None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.topic = metadata_topic
         self.partitions = partitions
         self.owned: set[int] = set()
@@ -41,7 +43,8 @@ class GroupOwnership:
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers, group_id=group_id, enable_auto_commit=False,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=max(session_timeout_ms // 5, 500),
-            max_poll_interval_ms=max(300_000, session_timeout_ms * 3), client_id=f"{group_id}-member")
+            max_poll_interval_ms=max(300_000, session_timeout_ms * 3), client_id=f"{group_id}-member",
+            **({"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context is not None else {}))
         self._consumer.subscribe([metadata_topic], listener=_Listener(self))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="remote-log-manager-group", daemon=True)

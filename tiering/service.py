@@ -16,11 +16,13 @@ Keys (Kafka-style properties; the CLI flags set the first three):
 from __future__ import annotations
 
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tiering.broker_tls import upstream_ssl_context
 from tiering.config import TieringConfig
 from tiering.manager import RemoteLogManager
 from tiering.metadata import RemoteLogMetadataManager
@@ -41,8 +43,8 @@ DEFAULT_DATA_DIR = "/tmp/tiered-proxy"
 DEFAULT_METADATA_TOPIC = "__remote_log_metadata"
 
 
-def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path,
-                      props: Mapping[str, object]) -> RemoteLogMetadataManager:
+def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: Mapping[str, object],
+                      ssl_context: ssl.SSLContext | None = None) -> RemoteLogMetadataManager:
     parts = urllib.parse.urlsplit(uri)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
@@ -56,6 +58,7 @@ def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path,
             bootstrap_servers, data_dir / "metadata-snapshots", topic=topic,
             partitions=int(str(props.get(METADATA_PARTITIONS_CONFIG, 50))),
             replication_factor=int(str(props.get(METADATA_REPLICATION_CONFIG, 1))),
+            ssl_context=ssl_context,
         )
     raise ValueError(f"metadata URI {uri!r}: expected file:///path or topic://NAME")
 
@@ -81,8 +84,9 @@ class TieringService:
         storage_uri = str(props.get(STORAGE_URI_CONFIG) or f"file://{data_dir.resolve()}/remote")
         metadata_uri = str(props.get(METADATA_URI_CONFIG) or f"file://{data_dir.resolve()}/metadata")
         storage = storage_from_uri(storage_uri, **dict(props))
-        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props)
-        manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir)
+        tls = upstream_ssl_context(props)
+        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props, ssl_context=tls)
+        manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, ssl_context=tls)
         ownership = None
         if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
             # A shared metadata topic: instances divide the copying by a consumer group.
@@ -92,7 +96,7 @@ class TieringService:
                 bootstrap_servers, metadata.topic, metadata.partitions_count,  # type: ignore[attr-defined]
                 group_id=str(props.get(GROUP_ID_CONFIG) or DEFAULT_GROUP_ID),
                 session_timeout_ms=int(str(props.get(GROUP_SESSION_TIMEOUT_CONFIG, 10_000))),
-                on_release=manager.release, on_acquire=lambda _: manager.wake())
+                on_release=manager.release, on_acquire=lambda _: manager.wake(), ssl_context=tls)
             manager.owns = ownership.owns
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")

@@ -117,3 +117,62 @@ def test_a_plaintext_client_is_refused_and_others_carry_on(tls_proxy):
         size = int.from_bytes(secure.recv(4), "big")
         assert size > 0
     assert proxy.process.poll() is None
+
+
+def test_tls_toward_the_brokers(tmp_path, unique_name):
+    """Tansu behind a TLS listener (a relay, advertised in Metadata): the proxy's client traffic,
+    its copier and its metadata topic all reach the broker over TLS; plaintext clients of the
+    proxy do not notice."""
+    from proxy.embedded_broker import free_port as free_broker_port
+    from proxy.embedded_broker import start_broker
+    from tests.tiering_checks import wait_until
+    from tests.tls_relay import TlsRelay
+
+    certs = make_certificates(tmp_path / "certs")
+    tls_port = free_broker_port()
+    broker = start_broker("tansu", tmp_path / "tansu", advertised_port=tls_port)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(certs.server))
+    relay = TlsRelay(tls_port, ("127.0.0.1", broker.port), context)
+    metadata = f"topic://rlmm-{unique_name}"
+    proxy = start_proxy(f"127.0.0.1:{tls_port}", tmp_path / "proxy", "--metadata", metadata,
+                        "--set", "upstream.security.protocol=SSL",
+                        "--set", f"upstream.ssl.truststore.location={certs.ca}",
+                        "--set", "remote.log.metadata.topic.num.partitions=3",
+                        "--set", "remote.log.manager.task.interval.ms=200", node_ids=[111])
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        topic = f"upstream-tls-{unique_name}"
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1, config={"remote.storage.enable": "true", "segment.bytes": "16384",
+                                                         "segment.ms": "1000"})])[topic].result(30)
+        from confluent_kafka import Consumer, Producer
+
+        producer = Producer({"bootstrap.servers": proxy.bootstrap})
+        for i in range(3000):
+            producer.produce(topic, f"m{i}".encode() + bytes(100), partition=0)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"g-{unique_name}",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < 3000 and time.monotonic() < deadline:
+            got += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
+        consumer.close()
+        assert got == 3000
+        # The copier and the metadata topic went over TLS too: segments are recorded.
+        assert wait_until(lambda: _tiered(metadata, proxy.bootstrap, topic), 60)  # read through the proxy
+        assert relay.connections >= 3  # proxy client traffic, copier, metadata producer/consumer
+    finally:
+        proxy.stop()
+        relay.close()
+        broker.stop()
+
+
+def _tiered(metadata: str, bootstrap: str, topic: str) -> bool:
+    from tiering.metadata_view import load_metadata
+
+    state = load_metadata(metadata, bootstrap, {"remote.log.metadata.topic.num.partitions": 3})
+    return any(tp.topic == topic and state.finished(tp) for tp in state.partitions)
