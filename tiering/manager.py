@@ -40,6 +40,8 @@ from tiering.topic_configs import TIERING_KEYS, TopicConfigError, is_enabled, tr
 
 log = logging.getLogger(__name__)
 
+PROGRESS_INTERVAL_S = 5.0  # long deletes log how far they are
+
 
 class RemoteLogManager:
     def __init__(self, bootstrap_servers: str, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
@@ -269,7 +271,12 @@ class RemoteLogManager:
 
     def _delete_all_segments(self, tp: TopicIdPartition) -> int:
         deleted = 0
-        for segment in self.rlmm.list_remote_log_segments(tp):
+        segments = list(self.rlmm.list_remote_log_segments(tp))
+        last_report = time.monotonic()
+        for segment in segments:
+            if time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
+                log.info("deleting %s from the remote tier: %d/%d segments", tp, deleted, len(segments))
+                last_report = time.monotonic()
             if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                 self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                     segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id))
