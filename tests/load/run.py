@@ -222,9 +222,9 @@ def main() -> None:
     peak = max(sampler.rss)
     print(f"proxy RSS: idle (tiering done, before load) {idle_rss / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB, "
           f"median {statistics.median(sampler.rss) / 1e6:.0f} MB")
-    print(f"bound: idle + remote-read caches (chunk cache + index cache + one chunk per reader/prefetch thread, "
-          f"{bound / 1e6:.0f} MB) + frames in flight; peak - idle = {(peak - idle_rss) / 1e6:.0f} MB "
-          f"({'within' if peak - idle_rss <= bound else 'ABOVE'} the cache bound)")
+    print(f"bound: idle + remote-read caches (chunk cache + index cache + one chunk per reader/prefetch thread: "
+          f"{bound / 1e6:.0f} MB) + frames in flight; above idle + caches: "
+          f"{(peak - idle_rss - bound) / 1e6:.0f} MB (frames in flight, allocator slack)")
     print(f"proxy CPU: mean {statistics.mean(cpu):.0%} of one core, peak {max(cpu):.0%}")
 
 
