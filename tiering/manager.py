@@ -25,6 +25,7 @@ from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.config import TieringConfig, TopicTiering
 from tiering.copier import GapLog, PartitionCopier, TieringMetrics, now_ms
 from tiering.metadata import RemoteLogMetadataManager
+from tiering.metadata_codec import metadata_partition
 from tiering.model import (
     DisablePolicy,
     RemoteLogSegmentMetadataUpdate,
@@ -121,8 +122,6 @@ class RemoteLogManager:
     def release(self, metadata_partitions: set[int]) -> None:
         """Stop copying the partitions that belong to these metadata partitions (another instance
         takes them over); returns once no pass for them is running."""
-        from tiering.metadata_codec import metadata_partition
-
         partitions = getattr(self.rlmm, "partitions_count", None)
         with self._round_lock:
             self._stop_copiers(lambda tp: partitions is not None
