@@ -44,6 +44,28 @@ def create_tiered_topic(bootstrap: str, topic: str, partitions: int = 3, **confi
     raise AssertionError(f"topic {topic} did not appear")
 
 
+def produce_numbered(bootstrap: str, topic: str, start: int, count: int, partitions: int,
+                     value_bytes: int = 150) -> None:
+    """Messages ``start..start+count-1``: value ``v{i}-`` plus random bytes (so local retention
+    by bytes acts), round-robin over ``partitions``; see :func:`message_number`."""
+    import random
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(value_bytes),
+                         partition=i % partitions)
+        if i % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def message_number(value: bytes) -> int:
+    """``i`` of a value written by :func:`produce_numbered`."""
+    return int(value.split(b"-", 1)[0][1:])
+
+
 def produce_mixed(bootstrap: str, topic: str, total: int, *, transactions: int = 10,
                   transaction_size: int = 1000) -> Workload:
     """``total`` messages over all partitions: most plain, spread over every compression codec,

@@ -93,6 +93,18 @@ class TieringMetrics:
             return {topic: dict(counts) for topic, counts in self._by_topic.items()}
 
 
+def delete_remote_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
+                          metadata: RemoteLogSegmentMetadata, broker_id: int) -> None:
+    """DELETE_SEGMENT_STARTED (unless it already is), delete the objects, DELETE_SEGMENT_FINISHED.
+    Safe to repeat after a crash at any step: storage deletes are idempotent."""
+    if metadata.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+        rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, broker_id))
+    rsm.delete_log_segment_data(metadata)
+    rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+        metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, broker_id))
+
+
 class GapLog:
     """Where data-loss gaps are recorded: one JSON object per line, appended and fsynced."""
 
@@ -315,12 +327,7 @@ class PartitionCopier:
     # --- deleting ---------------------------------------------------------------------------------
 
     def _delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        if metadata.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id))
-        self.rsm.delete_log_segment_data(metadata)
-        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+        delete_remote_segment(self.rlmm, self.rsm, metadata, self.broker_id)
 
     def _clean_orphans(self) -> None:
         for segment in self.rlmm.list_remote_log_segments(self.tp):

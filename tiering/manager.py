@@ -23,13 +23,11 @@ from pathlib import Path
 
 from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.config import TieringConfig, TopicTiering
-from tiering.copier import GapLog, PartitionCopier, TieringMetrics, now_ms
+from tiering.copier import GapLog, PartitionCopier, TieringMetrics, delete_remote_segment, now_ms
 from tiering.metadata import RemoteLogMetadataManager
 from tiering.metadata_codec import metadata_partition
 from tiering.model import (
     DisablePolicy,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TieringState,
@@ -276,12 +274,7 @@ class RemoteLogManager:
             if time.monotonic() - last_report >= PROGRESS_INTERVAL_S:
                 log.info("deleting %s from the remote tier: %d/%d segments", tp, deleted, len(segments))
                 last_report = time.monotonic()
-            if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-                self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                    segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, self.broker_id))
-            self.rsm.delete_log_segment_data(segment)
-            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                segment.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id))
+            delete_remote_segment(self.rlmm, self.rsm, segment, self.broker_id)
             deleted += 1
             self.metrics.add(tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
         return deleted

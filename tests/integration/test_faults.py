@@ -6,7 +6,6 @@ and tail traffic does not wait for the remote tier."""
 
 from __future__ import annotations
 
-import random
 import time
 import urllib.request
 
@@ -17,7 +16,13 @@ from tests.clients import consume_records
 from tests.integration.faulty_http import FaultyRelay
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import free_port, start_proxy
-from tests.tiering_checks import create_tiered_topic, partitions_of, wait_until
+from tests.tiering_checks import (
+    create_tiered_topic,
+    message_number,
+    partitions_of,
+    produce_numbered,
+    wait_until,
+)
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.metadata_view import load_metadata
 
@@ -51,20 +56,13 @@ def faulty(tmp_path_factory):
 
 
 def _produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
-    for i in range(start, start + count):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(150), partition=i % PARTITIONS)
-        if i % 5000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    produce_numbered(bootstrap, topic, start, count, PARTITIONS)
 
 
 def _exactly_once(bootstrap: str, topic: str, total: int) -> None:
     got = consume_records("confluent", bootstrap, topic, PARTITIONS, total, timeout=120)
     for p in range(PARTITIONS):
-        values = [int(r.value.split(b"-")[0][1:]) for r in got[p]]
+        values = [message_number(r.value) for r in got[p]]
         assert values == list(range(p, total, PARTITIONS)), p
         assert [r.offset for r in got[p]] == list(range(len(values)))
 

@@ -4,7 +4,6 @@ metadata journal and storage folder) and in what consumers read through the prox
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from protocol.errors import ErrorCode
 from tests.admin_clients import ADMIN_CLIENTS, Admin, AdminError
 from tests.clients import consume_records
 from tests.proxy_process import ProxyProcess, start_proxy
-from tests.tiering_checks import wait_until
+from tests.tiering_checks import message_number, produce_numbered, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.metadata import MetadataState
 from tiering.metadata_file import JOURNAL_NAME, read_journal
@@ -60,14 +59,7 @@ class Tier:
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
-    for i in range(start, start + count):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"value-{i}-".encode() + random.randbytes(120), partition=i % PARTITIONS)
-        if i % 5000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    produce_numbered(bootstrap, topic, start, count, PARTITIONS, value_bytes=120)
 
 
 def values_read(client: str, bootstrap: str, topic: str, expected: int) -> dict[int, list[tuple[int, bytes]]]:
@@ -84,7 +76,7 @@ def check_read(client: str, proxy: ProxyProcess, topic: str, first: int, last: i
     for p in range(PARTITIONS):
         offsets = [o for o, _ in got.get(p, [])]
         assert offsets == list(range(starts[p], starts[p] + len(offsets))), (p, offsets[:5])
-        assert [v.split(b"-", 2)[1] for _, v in got.get(p, [])] == [str(i).encode() for i in wanted[p][starts[p]:]]
+        assert [message_number(v) for _, v in got.get(p, [])] == wanted[p][starts[p]:]
 
 
 def earliest(proxy: ProxyProcess, topic: str, broker: str | None = None) -> dict[int, int]:
