@@ -21,6 +21,7 @@ import trio
 from protocol.apis import API_VERSIONS, PRODUCE, Api, all_apis
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.headers import (
+    RequestHeader,
     decode_request_header,
     decode_response_header,
     encode_response_header,
@@ -60,6 +61,17 @@ class Slot:
 
 
 ResponseHook = Callable[[memoryview, int], Awaitable[bytes | bytearray | memoryview]]
+
+
+@dataclass
+class Request:
+    """A client request, decoded once (and so checked against its schema) for the request hooks
+    and validation alike. ``message`` is the hook's to change; ``frame`` is what arrived."""
+
+    frame: memoryview
+    header: RequestHeader
+    body_at: int
+    message: dict[str, Any]
 
 
 @dataclass
@@ -202,9 +214,15 @@ class ClientConnection:
             slot.outcome = "unsupported"
             slot.resolve(self._unsupported_version(spec, version, corr, low_high))
             return
+        header, body_at = decode_request_header(view, spec.request_header_version(version))
         hook = self.proxy.request_hook(api_key)
+        if hook is not None or self.proxy.config.validate_requests:
+            # Every request must parse against Kafka's schema before a broker sees it: some
+            # brokers (noida-db) crash on a truncated array. Raises ProtocolError: this
+            # connection closes with one log line. Record sets stay undecoded (zero-copy).
+            request = Request(view, header, body_at, spec.request_codec(version).decode(view[body_at:]))
         if hook is not None:
-            answer = await hook(self, spec, version, corr, view)
+            answer = await hook(self, spec, version, corr, request)
             if isinstance(answer, Forward):
                 slot.outcome = "rewritten"
                 self._pending.append(Pending(corr, slot, answer.hook))
@@ -214,12 +232,6 @@ class ClientConnection:
                 slot.outcome = "local"
                 slot.resolve(answer)
                 return
-        _, body_at = decode_request_header(view, spec.request_header_version(version))
-        if self.proxy.config.validate_requests:
-            # Every request must parse against Kafka's schema before a broker sees it: some
-            # brokers (noida-db) crash on a truncated array. Raises ProtocolError: this
-            # connection closes with one log line. Record sets stay undecoded (zero-copy).
-            spec.request_codec(version).decode(view[body_at:])
         if api_key == PRODUCE:
             if produce_acks(view[body_at:], spec.request.is_flexible(version)) == 0:
                 slot.outcome = "no_response"

@@ -12,7 +12,7 @@ import trio
 
 from protocol.apis import METADATA, Api, all_apis
 from proxy.config import ProxyConfig
-from proxy.connection import ClientConnection, Forward
+from proxy.connection import ClientConnection, Forward, Request
 from proxy.framing import FrameStream
 from proxy.prometheus import PrometheusEndpoint
 from proxy.tiered_reads import TieredReads
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # A request hook may answer a request itself (returning the response frame), return None to let
 # it go upstream as it is, or return a Forward: send this frame upstream and pass the broker's
 # answer through this response hook. Tiered Fetch/ListOffsets and configs register hooks.
-RequestHook = Callable[[ClientConnection, Api, int, int, memoryview], Awaitable["bytes | Forward | None"]]
+RequestHook = Callable[[ClientConnection, Api, int, int, Request], Awaitable["bytes | Forward | None"]]
 
 
 @dataclass

@@ -43,12 +43,11 @@ import trio
 from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, Api
 from protocol.errors import ErrorCode
 from protocol.headers import (
-    decode_request_header,
     decode_response_header,
     encode_request_header,
     encode_response_header,
 )
-from proxy.connection import ClientConnection, Forward
+from proxy.connection import ClientConnection, Forward, Request
 from proxy.fetch_sessions import (
     FINAL_EPOCH,
     NO_SESSION,
@@ -147,9 +146,8 @@ class TieredReads:
     # --- Fetch -----------------------------------------------------------------------------------
 
     async def on_fetch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                       view: memoryview) -> bytes | Forward | None:
-        header, pos = decode_request_header(view, spec.request_header_version(version))
-        request = spec.request_codec(version).decode(view[pos:])
+                       decoded: Request) -> bytes | Forward | None:
+        view, pos, request = decoded.frame, decoded.body_at, decoded.message
         replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
         if replica >= 0:
             return None  # replication traffic is the brokers' business
@@ -311,11 +309,10 @@ class TieredReads:
     # --- ListOffsets -----------------------------------------------------------------------------
 
     async def on_list_offsets(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                              view: memoryview) -> bytes | Forward | None:
+                              decoded: Request) -> bytes | Forward | None:
         if version < 1:
             return None
-        header, pos = decode_request_header(view, spec.request_header_version(version))
-        request = spec.request_codec(version).decode(view[pos:])
+        view, header, request = decoded.frame, decoded.header, decoded.message
         assert conn.versions is not None
         broker_max = conn.versions.ranges.get(LIST_OFFSETS, (0, 0))[1]
         upstream_version = min(version, broker_max)
@@ -390,12 +387,11 @@ class TieredReads:
     # --- OffsetForLeaderEpoch --------------------------------------------------------------------
 
     async def on_offset_for_leader_epoch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                         view: memoryview) -> bytes | Forward | None:
+                                         decoded: Request) -> bytes | Forward | None:
         """Clients validate their position with the leader epoch of the last record they read. A
         broker whose log start has passed an epoch no longer knows it (it answers an undefined
         end offset); the remote tier's leader-epoch data answers instead."""
-        _, pos = decode_request_header(view, spec.request_header_version(version))
-        request = spec.request_codec(version).decode(view[pos:])
+        view, request = decoded.frame, decoded.message
         if request.get("replica_id", -1) >= 0:
             return None
         tiered = self._tiered()

@@ -38,12 +38,11 @@ from protocol.apis import (
 )
 from protocol.errors import ErrorCode
 from protocol.headers import (
-    decode_request_header,
     decode_response_header,
     encode_request_header,
     encode_response_header,
 )
-from proxy.connection import ClientConnection, Forward
+from proxy.connection import ClientConnection, Forward, Request
 from tiering.broker_client import BrokerClient, BrokerClientError
 from tiering.model import TopicIdPartition, TopicTieringState
 from tiering.service import TieringService
@@ -99,11 +98,6 @@ class TopicAdmin:
     # --- helpers ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _decode(spec: Api, version: int, view: memoryview) -> tuple[Any, dict[str, Any]]:
-        header, pos = decode_request_header(view, spec.request_header_version(version))
-        return header, spec.request_codec(version).decode(view[pos:])
-
-    @staticmethod
     def _frame(spec: Api, version: int, header: Any, request: dict[str, Any]) -> bytes:
         return encode_request_header(header, spec.request_header_version(version)) + spec.request_codec(version).encode(request)
 
@@ -132,8 +126,8 @@ class TopicAdmin:
     # --- CreateTopics ----------------------------------------------------------------------------
 
     async def on_create_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               view: memoryview) -> bytes | Forward | None:
-        header, request = self._decode(spec, version, view)
+                               decoded: Request) -> bytes | Forward | None:
+        header, request = decoded.header, decoded.message
         refused: dict[str, tuple[ErrorCode, str]] = {}
         ours: dict[str, dict[str, str]] = {}
         for topic in request["topics"]:
@@ -204,8 +198,8 @@ class TopicAdmin:
     # --- DescribeConfigs -------------------------------------------------------------------------
 
     async def on_describe_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                  view: memoryview) -> bytes | Forward | None:
-        header, request = self._decode(spec, version, view)
+                                  decoded: Request) -> bytes | Forward | None:
+        header, request = decoded.header, decoded.message
         asked: dict[str, list[str] | None] = {}
         for r in request["resources"]:
             if r["resource_type"] == TOPIC_RESOURCE:
@@ -243,16 +237,16 @@ class TopicAdmin:
     # --- AlterConfigs / IncrementalAlterConfigs --------------------------------------------------
 
     async def on_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               view: memoryview) -> bytes | Forward | None:
-        return await self._alter(spec, version, corr, view, incremental=False)
+                               decoded: Request) -> bytes | Forward | None:
+        return await self._alter(spec, version, corr, decoded, incremental=False)
 
     async def on_incremental_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                           view: memoryview) -> bytes | Forward | None:
-        return await self._alter(spec, version, corr, view, incremental=True)
+                                           decoded: Request) -> bytes | Forward | None:
+        return await self._alter(spec, version, corr, decoded, incremental=True)
 
-    async def _alter(self, spec: Api, version: int, corr: int, view: memoryview, *,
+    async def _alter(self, spec: Api, version: int, corr: int, decoded: Request, *,
                      incremental: bool) -> bytes | Forward | None:
-        header, request = self._decode(spec, version, view)
+        header, request = decoded.header, decoded.message
         topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
                   and any(c["name"] in TIERING_KEYS for c in r["configs"])]
         if not incremental:
@@ -337,8 +331,8 @@ class TopicAdmin:
     # --- DeleteRecords ---------------------------------------------------------------------------
 
     async def on_delete_records(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                view: memoryview) -> bytes | Forward | None:
-        _, request = self._decode(spec, version, view)
+                                decoded: Request) -> bytes | Forward | None:
+        view, request = decoded.frame, decoded.message
         tiered = {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.readable_partitions()}
         targets = {(t["name"], p["partition_index"]): p["offset"] for t in request["topics"] for p in t["partitions"]
                    if (t["name"], p["partition_index"]) in tiered}
@@ -370,7 +364,7 @@ class TopicAdmin:
     # --- DeleteTopics ----------------------------------------------------------------------------
 
     async def on_delete_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               view: memoryview) -> bytes | Forward | None:
+                               decoded: Request) -> bytes | Forward | None:
         async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
             response = self._response(spec, version, frame)
             for result in response["responses"]:
@@ -387,13 +381,13 @@ class TopicAdmin:
                     self.tiering.manager.wake()
             return frame
 
-        return Forward(view, rewrite)
+        return Forward(decoded.frame, rewrite)
 
     # --- DescribeLogDirs -------------------------------------------------------------------------
 
     async def on_describe_log_dirs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                   view: memoryview) -> bytes | Forward | None:
-        _, request = self._decode(spec, version, view)
+                                   decoded: Request) -> bytes | Forward | None:
+        view, request = decoded.frame, decoded.message
         wanted = None if request["topics"] is None else {
             (t["topic"], p) for t in request["topics"] for p in t["partitions"]}
         assert conn.versions is not None

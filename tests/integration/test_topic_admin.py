@@ -88,6 +88,16 @@ def earliest(proxy: ProxyProcess, topic: str, broker: str | None = None) -> dict
         client.close()
 
 
+def _tiered_topic_with_data(proxy: ProxyProcess, tier: Tier, topic: str) -> Admin:
+    """A tiered topic created through the proxy, BATCH messages in, every partition tiered."""
+    admin = Admin("confluent", proxy.bootstrap)
+    admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
+                                           "segment.ms": "1000"})
+    produce(proxy.bootstrap, topic, 0, BATCH)
+    assert wait_until(lambda: len(tier.remote_end(topic)) == PARTITIONS and tier.log_objects(topic), 60)
+    return admin
+
+
 @pytest.fixture(params=["noida", "tansu"])
 def setup(request, tmp_path_factory):
     """A proxy of its own (local folder, embedded store) in front of the session's broker."""
@@ -228,11 +238,7 @@ def test_describe_shows_both_tiers(setup, unique_name):
 
     broker, proxy, tier = setup
     topic = f"describe-{unique_name}"
-    admin = Admin("confluent", proxy.bootstrap)
-    admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
-                                           "segment.ms": "1000"})
-    produce(proxy.bootstrap, topic, 0, BATCH)
-    assert wait_until(lambda: len(tier.remote_end(topic)) == PARTITIONS, 60)
+    admin = _tiered_topic_with_data(proxy, tier, topic)
     out = subprocess.run([sys.executable, "-m", "proxy.cli", "describe", "--bootstrap-servers", proxy.bootstrap,
                           "--topic", topic], capture_output=True, text=True, timeout=60, check=True).stdout
     lines = out.splitlines()
@@ -337,11 +343,7 @@ def test_topic_deleted_at_the_broker_is_deleted_from_the_remote_tier(setup, uniq
     ``proxy.deleted.topic.grace.ms``, its remote partitions are deleted too."""
     broker, proxy, tier = setup
     topic = f"behind-{unique_name}"
-    admin = Admin("confluent", proxy.bootstrap)
-    admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "segment.bytes": "16384",
-                                           "segment.ms": "1000"})
-    produce(proxy.bootstrap, topic, 0, BATCH)
-    assert wait_until(lambda: len(tier.remote_end(topic)) == PARTITIONS and tier.log_objects(topic), 60)
+    _tiered_topic_with_data(proxy, tier, topic).close()
     old = [tp for tp in tier.state().partitions if tp.topic == topic]
     Admin("confluent", broker.bootstrap).delete_topic(topic)  # straight to the broker
     assert wait_until(lambda: all(tier.state().partitions[tp].delete_state
