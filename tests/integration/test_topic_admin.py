@@ -239,24 +239,35 @@ def test_describe_shows_both_tiers(setup, unique_name):
     broker, proxy, tier = setup
     topic = f"describe-{unique_name}"
     admin = _tiered_topic_with_data(proxy, tier, topic)
-    out = subprocess.run([sys.executable, "-m", "proxy.cli", "describe", "--bootstrap-servers", proxy.bootstrap,
-                          "--topic", topic], capture_output=True, text=True, timeout=60, check=True).stdout
+
+    def describe() -> str:
+        return subprocess.run([sys.executable, "-m", "proxy.cli", "describe", "--bootstrap-servers", proxy.bootstrap,
+                               "--topic", topic], capture_output=True, text=True, timeout=60, check=True).stdout
+
+    # Tiering goes on meanwhile (segment.ms=1000): compare against a store that did not change
+    # while describe ran.
+    for _attempt in range(10):
+        before = tier.segments(topic)
+        out = describe()
+        segments = tier.segments(topic)
+        if segments == before:
+            break
+    else:
+        pytest.fail("the remote tier kept changing for 10 describe runs")
     lines = out.splitlines()
     assert lines[0].split()[:6] == ["TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz"]
-    segments = tier.segments(topic)
     rows = {int(line.split()[1]): line.split() for line in lines[1:]}
     for p in range(PARTITIONS):
         _, _, rx, ry, lx, lz, count, size, _lag, state, policy, epoch = rows[p]
         assert (int(rx), int(count), int(size)) == (0, len(segments[p]), sum(s.segment_size_bytes for s in segments[p]))
-        assert int(ry) >= segments[p][-1].end_offset  # tiering goes on meanwhile
+        assert int(ry) >= segments[p][-1].end_offset
         assert int(lx) == 0
         if broker.kind == "noida":  # Tansu's LATEST can be wrong (tests/UPSTREAMS.md)
             assert int(lz) == BATCH // PARTITIONS
         assert (state, policy, epoch) == ("ENABLED", "retain", "1")
     admin.set_configs(topic, {"remote.storage.enable": "false"})
     assert wait_until(lambda: tier.topic_state(topic).state == TieringState.DISABLED, 30)
-    out = subprocess.run([sys.executable, "-m", "proxy.cli", "describe", "--bootstrap-servers", proxy.bootstrap,
-                          "--topic", topic], capture_output=True, text=True, timeout=60, check=True).stdout
+    out = describe()
     assert all(line.split()[-3:] == ["DISABLED", "retain", "2"] for line in out.splitlines()[1:])
 
     from kafka.admin import KafkaAdminClient
