@@ -9,6 +9,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 
+def send_s3_error(handler: BaseHTTPRequestHandler, status: int, code: str, message: str) -> None:
+    """Answer the request with an S3 error document, as S3 itself does."""
+    payload = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/xml")
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
 class FaultyRelay:
     def __init__(self, upstream: str) -> None:
         target = urlsplit(upstream)
@@ -30,12 +40,7 @@ class FaultyRelay:
                 relay.requests += 1
                 if relay.mode == "error":
                     relay.faults += 1
-                    payload = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
-                    self.send_response(500)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                    send_s3_error(self, 500, "InternalError", "injected")
                     return
                 if relay.mode == "slow":
                     relay.faults += 1

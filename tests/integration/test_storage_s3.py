@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import botocore.exceptions
 import pytest
 
+from tests.integration.faulty_http import send_s3_error
 from tests.integration.s3_server import (
     DUMMY_CREDENTIALS,
     REGION,
@@ -194,12 +195,7 @@ class _AlwaysSlowDown(http.server.BaseHTTPRequestHandler):
     def _refuse(self) -> None:
         type(self).requests += 1
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-        self.send_response(503)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_s3_error(self, 503, "SlowDown", "Please reduce your request rate.")
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _refuse
 
