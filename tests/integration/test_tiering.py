@@ -313,25 +313,6 @@ def test_log_start_passing_the_copier_is_recorded_as_data_loss(noida, tmp_path, 
     assert RemoteLogSegmentState.COPY_SEGMENT_FINISHED in {s.state for s in segments}
 
 
-def test_demo_tiers_and_moves_the_log_start(tmp_path):
-    """The README's first command: the demo tiers its sample and local retention acts (noida-db)."""
-    import re
-    import subprocess
-    import sys
-
-    from tests.proxy_process import free_port
-
-    result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "demo", "--exit-after", "--messages", "20000", "--data-dir", str(tmp_path),
-         "--listen", f"127.0.0.1:{free_port()}", "--log-level", "WARNING"],
-        capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "read back 20000 records" in result.stdout
-    starts = [int(n) for n in re.findall(r"broker log start (\d+)", result.stdout)]
-    assert len(starts) == 3 and all(s > 0 for s in starts), result.stdout
-    assert any(p.suffix == ".log" for p in (tmp_path / "tiering" / "remote").rglob("*"))
-
-
 def test_remote_retention_by_bytes_expires_oldest_first(noida, tmp_path, unique_name):
     """Brokers manage local retention; remote.log.retention.bytes bounds the remote tier."""
     create_tiered_topic(noida.bootstrap, unique_name, partitions=1, **{"segment.bytes": str(16 * 1024)})
