@@ -9,7 +9,8 @@ One pass (:meth:`PartitionCopier.run_once`) does, in order:
    segment record COPY_SEGMENT_STARTED, copy, record COPY_SEGMENT_FINISHED with the storage's
    custom metadata;
 3. expire remote segments, oldest first, by the topic's remote retention;
-4. local retention: move the brokers' log start forward with DeleteRecords, never past ``Ry + 1``.
+4. local retention: move the brokers' log start forward with DeleteRecords by Kafka's rule (see
+   :mod:`tiering.local_retention`), never past ``Ry + 1`` nor to the log end.
 
 If the brokers' log start has passed the copier's position, the offsets in between are lost:
 that is logged as an error, counted, and recorded in the gap log, and copying goes on from the
@@ -38,6 +39,7 @@ from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, ControlType, decode_control_record, decode_records, iter_batches
 from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError
 from tiering.config import TopicTiering
+from tiering.local_retention import local_retention_target
 from tiering.metadata import RemoteLogMetadataManager
 from tiering.model import (
     RemoteLogSegmentId,
@@ -152,6 +154,7 @@ class PartitionCopier:
         self.backoff_until = 0.0
         self.log_start = -1  # the brokers' log start (Lx), as last seen
         self.last_stable = -1  # Ly, as last seen
+        self.high_watermark = -1  # the brokers' log end, as last seen
         self.delete_records_unsupported = False
         self.stopped = False
         # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
@@ -229,6 +232,7 @@ class PartitionCopier:
             if answer.error_code != ErrorCode.NONE:
                 raise BrokerClientError(f"fetch {self.tp} at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")
             self.log_start = answer.log_start_offset
+            self.high_watermark = answer.high_watermark
             self.last_stable = answer.last_stable_offset if answer.last_stable_offset >= 0 else answer.high_watermark
             progressed = False
             for header, batch in iter_batches(answer.records):
@@ -372,19 +376,9 @@ class PartitionCopier:
         s = self.settings
         if not s.proxy_manages_local_retention or self.delete_records_unsupported:
             return
-        segments = [seg for seg in self.rlmm.copied_segments(self.tp) if seg.end_offset >= self.log_start]
-        if not segments:
-            return
-        local_bytes = sum(seg.segment_size_bytes for seg in segments) + (self.open.size if self.open else 0)
-        cutoff = now_ms() - s.local_retention_ms
-        target = self.log_start
-        for segment in segments:
-            too_old = s.local_retention_ms >= 0 and segment.max_timestamp_ms < cutoff
-            too_big = s.local_retention_bytes >= 0 and local_bytes > s.local_retention_bytes
-            if not (too_old or too_big):
-                break
-            target = segment.end_offset + 1  # never past Ry + 1: only copied segments count
-            local_bytes -= segment.segment_size_bytes
+        target = local_retention_target(
+            self.rlmm.copied_segments(self.tp), self.log_start, self.high_watermark,
+            self.open.size if self.open is not None else 0, s.local_retention_ms, s.local_retention_bytes, now_ms())
         if target <= self.log_start:
             return
         try:
