@@ -8,6 +8,12 @@ broker accepted, so a refused request changes nothing. Resources the proxy refus
 (invalid tiering values, KIP-950's disablement in progress) are not forwarded and are answered in
 their place in the response.
 
+DescribeConfigs answers like a broker's ``describe --all``: every tiering key of every described
+topic, with the topic's value (DYNAMIC_TOPIC_CONFIG) or the proxy's default (DEFAULT_CONFIG, or
+STATIC_BROKER_CONFIG where the proxy's properties set it), whatever the broker listed for those
+keys. Broker configs count as a topic's own only as ``tiering.topic_configs.BrokerTopicConfigs``
+says (never a broker's defaults).
+
 DeleteRecords moves the remote log start too (segments wholly below it are deleted by the
 copier); DeleteTopics marks the topic's remote partitions for deletion, which the remote log
 manager carries out. DescribeLogDirs gains one log dir for the remote tier (``remote:`` plus the
@@ -49,6 +55,7 @@ from tiering.service import TieringService
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
     TIERING_KEYS,
+    BrokerTopicConfigs,
     TopicConfigError,
     describe,
     is_enabled,
@@ -215,9 +222,14 @@ class TopicAdmin:
             for result in response["results"]:
                 name = result["resource_name"]
                 if result["resource_type"] != TOPIC_RESOURCE or name not in asked or result["error_code"] != ErrorCode.NONE:
-                    continue
+                    continue  # a refusal stays the broker's
                 state = self._current(name)
-                values = state.config_map if state is not None else {}
+                if state is None and not result["configs"] and not await self._topic_exists(name):
+                    continue  # Tansu describes a topic it does not have as an empty listing
+                # The proxy's record, else what is set on the topic at a broker that knows the keys
+                # (never the defaults noida-db lists; see BrokerTopicConfigs).
+                values = state.config_map if state is not None else \
+                    BrokerTopicConfigs.from_described(result["configs"]).tiering_values()
                 configs = [c for c in result["configs"] if c["name"] not in TIERING_KEYS]
                 for d in describe(values, self.defaults):
                     configs.append({
@@ -227,12 +239,19 @@ class TopicAdmin:
                         "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in d.synonyms] if synonyms else [],
                     })
                 keys = asked[name]
-                if keys is not None:
+                if keys:  # null or empty: every key, as Kafka answers
                     configs = [c for c in configs if c["name"] in keys]
                 result["configs"] = configs
             return self._answer(spec, version, corr, response)
 
         return Forward(self._frame(spec, version, header, request), rewrite)
+
+    async def _topic_exists(self, name: str) -> bool:
+        try:
+            return name in await self._broker_call(lambda b: b.metadata([name]))
+        except BrokerClientError as e:
+            log.warning("cannot check whether topic %s exists: %s", name, e)
+            return True
 
     # --- AlterConfigs / IncrementalAlterConfigs --------------------------------------------------
 
@@ -268,8 +287,12 @@ class TopicAdmin:
         for r in topics:
             name = r["resource_name"]
             current = self._current(name)
-            values = dict(current.config_map) if current is not None and incremental else {}
-            related = {k: v for k, v in broker_configs.get(name, {}).items() if k in _RELATED}
+            described = broker_configs.get(name)
+            # An incremental change starts from the topic's tiering values: the proxy's record, or
+            # (none yet) those set on the topic at a broker that knows the keys.
+            start = current.config_map if current is not None else described.tiering_values() if described else {}
+            values = dict(start) if incremental else {}
+            related = {k: v for k, v in (described.applicable() if described else {}).items() if k in _RELATED}
             named = False
             try:
                 for c in r["configs"]:

@@ -20,6 +20,7 @@ from typing import Any
 from protocol.apis import API_VERSIONS, DELETE_RECORDS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA, api
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
+from tiering.topic_configs import BrokerTopicConfigs
 
 log = logging.getLogger(__name__)
 
@@ -250,18 +251,21 @@ class BrokerClient:
         p = response["topics"][0]["partitions"][0]
         return p["error_code"], p.get("offset", -1)
 
-    def topic_configs(self, topics: list[str]) -> dict[str, dict[str, str | None]]:
-        """Each topic's configs as the broker reports them (only the set ones on some brokers)."""
+    def topic_configs(self, topics: list[str]) -> dict[str, BrokerTopicConfigs]:
+        """Each topic's configs as the broker describes them, split into the topic's own settings
+        and the rest (see :class:`BrokerTopicConfigs`); topics the broker could not describe are
+        missing."""
         if not topics:
             return {}
-        # configuration_keys stays null: Tansu drops the connection when keys are named.
+        # configuration_keys stays null: Tansu drops the connection when keys are named, and the
+        # rule needs the whole listing anyway.
         body = {"resources": [{"resource_type": _TOPIC_RESOURCE, "resource_name": t, "configuration_keys": None}
                               for t in topics], "include_synonyms": False, "include_documentation": False}
         response, _ = self._any_broker(DESCRIBE_CONFIGS, body)
         result = {}
         for r in response["results"]:
             if r["error_code"] == ErrorCode.NONE:
-                result[r["resource_name"]] = {c["name"]: c["value"] for c in r["configs"]}
+                result[r["resource_name"]] = BrokerTopicConfigs.from_described(r["configs"])
         return result
 
     def delete_records(self, leader: int, topic: str, partition: int, offset: int,

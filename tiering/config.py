@@ -10,6 +10,19 @@ from dataclasses import dataclass, fields
 # Kafka's special values for local.retention.*: -2 "same as retention.*", -1 unlimited.
 LOCAL_RETENTION_SAME_AS_TOTAL = -2
 
+# Where the remote tier and its metadata live (tiering/service.py assembles them).
+STORAGE_URI_CONFIG = "remote.log.storage.uri"
+DEFAULT_METADATA_TOPIC = "__remote_log_metadata"
+
+# Topic configs the proxy has a default of its own for: those TopicTiering.resolve falls back on
+# TieringConfig for, and the tiering keys (remote.log.disable.policy defaults to retain). Only a
+# topic's own setting of one of these may override the proxy's default.
+PROXY_DEFAULTED_KEYS = frozenset({
+    "segment.bytes", "segment.ms", "index.interval.bytes", "retention.ms", "retention.bytes",
+    "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
+    "remote.log.retention.ms", "remote.log.retention.bytes", "remote.log.disable.policy",
+})
+
 
 def _int(props: Mapping[str, object], key: str, default: int) -> int:
     value = props.get(key)
@@ -122,8 +135,9 @@ class TopicTiering:
 
     @classmethod
     def resolve(cls, defaults: TieringConfig, topic_configs: Mapping[str, str | None]) -> TopicTiering:
-        """``topic_configs`` is what the broker reports for the topic (all configs, or only the
-        set ones on brokers such as Tansu)."""
+        """``topic_configs``: the topic's own values for :data:`PROXY_DEFAULTED_KEYS` (a broker's
+        default must not replace the proxy's) and the values in effect for the rest
+        (``cleanup.policy``); see ``tiering.topic_configs.BrokerTopicConfigs``."""
         c = {k: v for k, v in topic_configs.items() if v is not None}
         policy = str(c.get("cleanup.policy", "delete"))
         return cls(

@@ -2,10 +2,11 @@
 
 Every ``remote.log.manager.task.interval.ms`` one round: read the cluster's topics (Metadata,
 DescribeConfigs), keep one :class:`PartitionCopier` per partition of each topic with
-``remote.storage.enable=true`` (or every topic under ``proxy.tier.all.topics``), and run the due
-copiers on ``remote.log.manager.thread.pool.size`` worker threads. A round waits for its passes,
-so a copier never runs twice at once. The manager runs on its own thread, apart from the proxy's
-event loop: client traffic never waits for it.
+``remote.storage.enable=true`` set on it (through the proxy, or at a broker that knows the key;
+a broker's default never counts, see ``BrokerTopicConfigs``), or of every non-compacted topic
+under ``proxy.tier.all.topics``, and run the due copiers on ``remote.log.manager.thread.pool.size``
+worker threads. A round waits for its passes, so a copier never runs twice at once. The manager
+runs on its own thread, apart from the proxy's event loop: client traffic never waits for it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tiering.model import (
     TopicTieringState,
 )
 from tiering.storage import RemoteStorageError, RemoteStorageManager
-from tiering.topic_configs import TIERING_KEYS, TopicConfigError, is_enabled, transition
+from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,17 @@ class RemoteLogManager:
             return
         self._notice_vanished_topics(topics)
         wanted: dict[TopicIdPartition, tuple[int, TopicTiering, TopicTieringState]] = {}
+        undescribed: set[str] = set()
         for topic in candidates:
-            state = self._topic_state(topic, configs.get(topic.name, {}))
+            broker = configs.get(topic.name)
+            if broker is None:
+                # No decision without the topic's configs (it may be compacted): copiers already
+                # running keep going, nothing new starts until the broker describes it again.
+                undescribed.add(topic.name)
+                self._warn_once(f"undescribed:{topic.name}", "the broker did not describe the configs of topic %s; "
+                                "its tiering waits for them", topic.name)
+                continue
+            state = self._topic_state(topic, broker)
             if state is None or state.state is None:
                 continue
             if state.state == TieringState.DISABLING:
@@ -182,7 +192,10 @@ class RemoteLogManager:
                 continue
             if state.state == TieringState.DISABLED and state.disable_policy == DisablePolicy.DELETE:
                 continue  # nothing left to copy or expire
-            settings = TopicTiering.resolve(self.config, {**configs.get(topic.name, {}), **state.config_map})
+            # The tiering keys come from the topic's state alone (the proxy's record, or what
+            # _topic_state took from the broker); the rest as the broker has them for the topic.
+            others = {k: v for k, v in broker.applicable().items() if k not in TIERING_KEYS}
+            settings = TopicTiering.resolve(self.config, {**others, **state.config_map})
             if settings.compacted:
                 self._warn_once(f"compacted:{topic.name}", "topic %s is compacted: not tiered", topic.name)
                 continue
@@ -191,7 +204,7 @@ class RemoteLogManager:
                 if self.owns(tp):
                     wanted[tp] = (p.leader, settings, state)
         self._remove_deleted_partitions()
-        for tp in [tp for tp in self.copiers if tp not in wanted]:
+        for tp in [tp for tp in self.copiers if tp not in wanted and tp.topic not in undescribed]:
             self.copiers.pop(tp).close()
             self.rlmm.on_stop_partitions([tp])
         new = []
@@ -227,14 +240,14 @@ class RemoteLogManager:
             seen_before = state is not None or any(tp.topic == name for tp in self.rlmm.partitions())
             return uuid.uuid4() if seen_before else broker_topic_id
 
-    def _topic_state(self, topic: TopicInfo, broker_configs: dict[str, str | None]) -> TopicTieringState | None:
+    def _topic_state(self, topic: TopicInfo, broker_configs: BrokerTopicConfigs) -> TopicTieringState | None:
         """The topic's lifecycle state, moved on where its effective configs call for it (tiering
         switched on or off at the broker, ``proxy.tier.all.topics``)."""
         state = self.rlmm.topic_tiering_state(topic.name)
         if state is not None and not state.deleted and (topic.topic_id.int == 0 or state.topic_id == topic.topic_id):
             values = state.config_map  # set through the proxy: the proxy's record is the truth
-        else:  # tiering switched on at the broker (which then knows the keys), or for all topics
-            values = {k: v for k, v in broker_configs.items() if k in TIERING_KEYS and v is not None}
+        else:  # set on the topic at a broker that knows the keys (never its defaults), or all topics
+            values = broker_configs.tiering_values()
         if (state is None or state.deleted) and not is_enabled(values, self.config):
             return None
         topic_id = self.resolve_topic_id(topic.name, topic.topic_id)

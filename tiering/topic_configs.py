@@ -10,11 +10,12 @@ the tiered epoch).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from protocol.errors import ErrorCode
-from tiering.config import LOCAL_RETENTION_SAME_AS_TOTAL, TieringConfig
+from tiering.config import LOCAL_RETENTION_SAME_AS_TOTAL, PROXY_DEFAULTED_KEYS, TieringConfig
 from tiering.model import DisablePolicy, TieringState, TopicTieringState
 
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
@@ -24,6 +25,7 @@ REMOTE_LOG_DISABLE_POLICY = "remote.log.disable.policy"
 TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES, REMOTE_LOG_DISABLE_POLICY)
 
 # Kafka's DescribeConfigs enums (ConfigSource, ConfigType).
+SOURCE_UNKNOWN = 0
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
@@ -70,6 +72,69 @@ class DescribedConfig:
     config_type: int
     documentation: str
     synonyms: tuple[tuple[str, str | None, int], ...]  # (name, value, source), most specific first
+
+
+# Keys every broker that lists all of a topic's configs lists (Kafka, noida-db): a listing
+# without them holds only the keys set on the topic (Tansu).
+ALWAYS_LISTED = ("cleanup.policy", "retention.ms", "segment.bytes")
+
+
+@dataclass(frozen=True)
+class BrokerTopicConfigs:
+    """One topic's configs as its broker's DescribeConfigs described them, split by who set them.
+
+    The rule, the same wherever the proxy reads broker configs: for :data:`PROXY_DEFAULTED_KEYS`
+    only the topic's own setting (config_source DYNAMIC_TOPIC_CONFIG) overrides the proxy's
+    default: a broker's default (noida-db and Kafka 3.6+ list ``remote.storage.enable=false``
+    and ``local.retention.*=-2`` as DEFAULT_CONFIG) or broker-level setting (STATIC/DYNAMIC
+    broker config) does not. For the other keys (``cleanup.policy``) the value in effect counts,
+    whoever set it. Entries without a source (DescribeConfigs v0) count as set when
+    ``is_default`` is false.
+
+    Tansu lists only the keys set on the topic and labels every one DEFAULT_CONFIG (measured,
+    tests/UPSTREAMS.md). A listing whose entries are all DEFAULT_CONFIG and that lacks one of
+    :data:`ALWAYS_LISTED` is such a listing: everything in it counts as set. (A Tansu topic that
+    sets all of ALWAYS_LISTED would be read as a full listing and its own values dropped.)
+    """
+
+    in_effect: Mapping[str, str]  # every listed key with a value
+    own: frozenset[str]  # the keys set on the topic itself
+    only_set_keys: bool = False  # the listing held only set keys (Tansu)
+
+    @classmethod
+    def from_described(cls, entries: Iterable[Mapping[str, Any]]) -> BrokerTopicConfigs:
+        """From the ``configs`` of one DescribeConfigs result (any version) listing all keys."""
+        in_effect: dict[str, str] = {}
+        own: set[str] = set()
+        sources: list[int] = []
+        for entry in entries:
+            name, value = entry["name"], entry.get("value")
+            if value is None:
+                continue  # a sensitive value, which no rule here reads
+            in_effect[name] = value
+            source = entry.get("config_source")
+            if source is None or source < 0:  # v0: no source, only is_default
+                if not entry.get("is_default", False):
+                    own.add(name)
+                continue
+            sources.append(source)
+            if source == SOURCE_DYNAMIC_TOPIC_CONFIG:
+                own.add(name)
+        only_set = bool(sources) and all(s == SOURCE_DEFAULT_CONFIG for s in sources) and not all(
+            key in in_effect for key in ALWAYS_LISTED)
+        return cls(in_effect, frozenset(in_effect) if only_set else frozenset(own), only_set)
+
+    def own_values(self) -> dict[str, str]:
+        return {k: v for k, v in self.in_effect.items() if k in self.own}
+
+    def tiering_values(self) -> dict[str, str]:
+        """The tiering keys set on the topic at the broker (a broker that knows them)."""
+        return {k: v for k, v in self.in_effect.items() if k in self.own and k in TIERING_KEYS}
+
+    def applicable(self) -> dict[str, str]:
+        """What the proxy's rules read: the topic's own values for the keys the proxy has a
+        default for, the values in effect for the others."""
+        return {k: v for k, v in self.in_effect.items() if k in self.own or k not in PROXY_DEFAULTED_KEYS}
 
 
 def proxy_defaults(defaults: TieringConfig) -> dict[str, tuple[str, str, bool]]:

@@ -59,7 +59,10 @@ class Tier:
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    produce_numbered(bootstrap, topic, start, count, PARTITIONS, value_bytes=120)
+    # In rounds of 500: one flush can put a partition's whole round in one batch, and so one
+    # segment, and local retention never removes the segment holding the log end.
+    for first in range(start, start + count, 500):
+        produce_numbered(bootstrap, topic, first, min(500, start + count - first), PARTITIONS, value_bytes=120)
 
 
 def values_read(client: str, bootstrap: str, topic: str, expected: int) -> dict[int, list[tuple[int, bytes]]]:
@@ -131,8 +134,9 @@ def _lifecycle(admin: Admin, client: str, broker, proxy: ProxyProcess, tier: Tie
     # Stored by the proxy, never sent to the broker; described the way a broker describes configs.
     # (noida-db lists every config it knows, tiering keys included, with their defaults.)
     at_broker = BrokerClient(broker.bootstrap).topic_configs([topic])[topic]
-    assert at_broker.get("remote.storage.enable") in (None, "false")
-    assert at_broker.get("local.retention.bytes") in (None, "-2")
+    assert at_broker.tiering_values() == {}  # nothing set on the topic at the broker
+    assert at_broker.in_effect.get("remote.storage.enable") in (None, "false")
+    assert at_broker.in_effect.get("local.retention.bytes") in (None, "-2")
     described = admin.describe(topic)
     assert (described["remote.storage.enable"].value, described["remote.storage.enable"].source) == ("true", 1)
     assert described["remote.log.disable.policy"].value == "retain"
@@ -321,10 +325,16 @@ def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path
                                   f"file://{tmp_path / 'data' / 'metadata'}", "--topic", deleted],
                                  capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
         assert len(listing) > PARTITIONS
+        finished = set()
         for line in listing[1:]:
             cells = line.split("\t")
-            assert cells[0] == deleted and cells[6] in ("COPY_SEGMENT_FINISHED", "COPY_SEGMENT_STARTED")
-            assert cells[8].startswith("s3 prefix=tiered stored_bytes=") and int(cells[8].rsplit("=", 1)[1]) > 0
+            assert cells[0] == deleted
+            if cells[6] == "COPY_SEGMENT_FINISHED":
+                assert cells[8].startswith("s3 prefix=tiered stored_bytes=") and int(cells[8].rsplit("=", 1)[1]) > 0
+                finished.add(cells[1])
+            else:  # a copy in flight: the storage returns its custom metadata when the copy ends
+                assert (cells[6], cells[8]) == ("COPY_SEGMENT_STARTED", "-"), cells
+        assert len(finished) == PARTITIONS
         old = [tp for tp in tier.state().partitions if tp.topic == deleted]
         server.stop()
         admin.set_configs(disabled, {"remote.log.disable.policy": "delete", "remote.storage.enable": "false"})
@@ -361,3 +371,92 @@ def test_topic_deleted_at_the_broker_is_deleted_from_the_remote_tier(setup, uniq
                                   == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED for tp in old), 30)
     assert not tier.log_objects(topic)
     assert "gone from the cluster" in proxy.log_text()
+
+
+# --- DescribeConfigs like a broker's describe --all ---------------------------------------------
+
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+SHOWN_KEYS = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes", "remote.log.disable.policy")
+
+
+@pytest.mark.parametrize("admin_client", ADMIN_CLIENTS)
+def test_describe_configs_shows_every_tiering_key(proxy, upstream, admin_client, unique_name):
+    """Every tiering key for every topic, with its value and source, whatever the broker lists
+    for it (noida-db lists remote.storage.enable=false and local.retention.*=-2 as defaults;
+    Tansu lists only what was set on the topic)."""
+    tiered, plain, at_broker = (f"dc-{kind}-{unique_name}" for kind in ("tiered", "plain", "broker"))
+    admin = Admin(admin_client, proxy.bootstrap)
+    direct = Admin("kafka-python", upstream.bootstrap)
+    try:
+        admin.create_topic(tiered, 1, {"remote.storage.enable": "true", "local.retention.ms": "60000",
+                                       "remote.log.disable.policy": "delete", "segment.bytes": "1048576"})
+        admin.create_topic(plain, 1, {})
+        # Set at the broker, which keeps the key (noida-db as the topic's own, DYNAMIC_TOPIC_CONFIG;
+        # Tansu in its listing of set keys); the proxy has no record of it.
+        direct.create_topic(at_broker, 1, {"local.retention.bytes": "1048576"})
+        expected = {
+            tiered: {"remote.storage.enable": ("true", DYNAMIC_TOPIC_CONFIG),
+                     "local.retention.ms": ("60000", DYNAMIC_TOPIC_CONFIG),
+                     "local.retention.bytes": ("-2", DEFAULT_CONFIG),
+                     "remote.log.disable.policy": ("delete", DYNAMIC_TOPIC_CONFIG)},
+            plain: {"remote.storage.enable": ("false", DEFAULT_CONFIG), "local.retention.ms": ("-2", DEFAULT_CONFIG),
+                    "local.retention.bytes": ("-2", DEFAULT_CONFIG),
+                    "remote.log.disable.policy": ("retain", DEFAULT_CONFIG)},
+            at_broker: {"remote.storage.enable": ("false", DEFAULT_CONFIG), "local.retention.ms": ("-2", DEFAULT_CONFIG),
+                        "local.retention.bytes": ("1048576", DYNAMIC_TOPIC_CONFIG),
+                        "remote.log.disable.policy": ("retain", DEFAULT_CONFIG)},
+        }
+        for topic, keys in expected.items():
+            described = admin.describe(topic)
+            assert {k: (described[k].value, described[k].source) for k in SHOWN_KEYS if k in described} == keys, topic
+            if upstream.kind == "noida":  # the broker's own configs stay as it describes them
+                assert described["cleanup.policy"].value == "delete"
+        described = admin.describe(tiered)
+        assert described["segment.bytes"].value == "1048576"  # forwarded to the broker, which lists it
+        if admin_client == "kafka-python":  # confluent-kafka asks for no synonyms
+            assert described["local.retention.ms"].synonyms == [("local.retention.ms", "60000", DYNAMIC_TOPIC_CONFIG),
+                                                                ("log.local.retention.ms", "-2", DEFAULT_CONFIG)]
+    finally:
+        admin.close()
+        direct.close()
+
+
+def _describe_raw(bootstrap: str, resources: list[tuple[str, list[str] | None]]) -> list[dict]:
+    """DescribeConfigs v4 as sent (confluent-kafka cannot name keys: librdkafka sends null)."""
+    from protocol.apis import DESCRIBE_CONFIGS
+
+    client = BrokerClient(bootstrap)
+    try:
+        body = {"resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": keys}
+                              for name, keys in resources], "include_synonyms": False, "include_documentation": False}
+        return client.request(None, DESCRIBE_CONFIGS, 4, body)["results"]
+    finally:
+        client.close()
+
+
+def test_describe_configs_of_named_keys(proxy, upstream, unique_name):
+    """Named keys: only those (tiering keys or the broker's); an empty list means every key, as
+    Kafka answers; a topic the broker does not have gains no tiering keys."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    topic = f"dc-named-{unique_name}"
+    admin = Admin("kafka-python", proxy.bootstrap)
+    try:
+        admin.create_topic(topic, 1, {"remote.storage.enable": "true", "segment.bytes": "1048576"})
+        for keys in (["remote.storage.enable", "segment.bytes"], ["local.retention.ms"],
+                     ["remote.log.disable.policy", "local.retention.bytes", "no.such.key"], ["cleanup.policy"]):
+            result = admin.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                                  configs=dict.fromkeys(keys))], config_filter="all")
+            got = next(iter(result.values()))[topic]
+            listed_by_broker = {"segment.bytes"} | ({"cleanup.policy"} if upstream.kind == "noida" else set())
+            assert set(got) == {k for k in keys if k in SHOWN_KEYS or k in listed_by_broker}, keys
+        (shown,) = _describe_raw(proxy.bootstrap, [(topic, ["remote.storage.enable"])])
+        assert [(c["name"], c["value"], c["config_source"]) for c in shown["configs"]] == [
+            ("remote.storage.enable", "true", DYNAMIC_TOPIC_CONFIG)]
+    finally:
+        admin.close()
+    everything, missing = _describe_raw(proxy.bootstrap, [(topic, []), (f"missing-{unique_name}", None)])
+    names = [c["name"] for c in everything["configs"]]
+    assert set(SHOWN_KEYS) <= set(names) and len(names) == len(set(names))
+    assert "segment.bytes" in names
+    assert missing["configs"] == []  # noida-db: UNKNOWN_TOPIC_OR_PARTITION; Tansu: an empty success

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import ErrorCode
+from tests.unit.test_broker_topic_configs import noida, tansu
 from tiering.config import TieringConfig
 from tiering.metadata import InvalidStateTransitionError
 from tiering.metadata_file import FileMetadataStore
@@ -31,6 +32,8 @@ from tiering.topic_configs import (
     SOURCE_DEFAULT_CONFIG,
     SOURCE_DYNAMIC_TOPIC_CONFIG,
     SOURCE_STATIC_BROKER_CONFIG,
+    TIERING_KEYS,
+    BrokerTopicConfigs,
     TopicConfigError,
     describe,
     transition,
@@ -116,6 +119,38 @@ def test_describe_shows_sources_and_synonyms():
     assert local.synonyms == (("log.local.retention.bytes", "4096", SOURCE_STATIC_BROKER_CONFIG),)
     policy = shown["remote.log.disable.policy"]
     assert (policy.value, policy.source, policy.is_default) == ("retain", SOURCE_DEFAULT_CONFIG, True)
+
+
+@pytest.mark.parametrize("defaults, expected", [
+    (TieringConfig(), {"remote.storage.enable": ("false", SOURCE_DEFAULT_CONFIG),
+                       "local.retention.ms": ("-2", SOURCE_DEFAULT_CONFIG),
+                       "local.retention.bytes": ("-2", SOURCE_DEFAULT_CONFIG),
+                       "remote.log.disable.policy": ("retain", SOURCE_DEFAULT_CONFIG)}),
+    (TieringConfig(tier_all_topics=True, local_retention_ms=60_000),
+     {"remote.storage.enable": ("true", SOURCE_STATIC_BROKER_CONFIG),
+      "local.retention.ms": ("60000", SOURCE_STATIC_BROKER_CONFIG),
+      "local.retention.bytes": ("-2", SOURCE_DEFAULT_CONFIG),
+      "remote.log.disable.policy": ("retain", SOURCE_DEFAULT_CONFIG)}),
+])
+def test_describe_a_topic_the_proxy_has_no_record_of(defaults, expected):
+    """What noida-db lists as defaults (remote.storage.enable=false, local.retention.*=-2 at
+    DEFAULT_CONFIG) never shows: the proxy's defaults do, with the source Kafka would give them."""
+    values = BrokerTopicConfigs.from_described(noida()).tiering_values()
+    shown = {d.name: (d.value, d.source) for d in describe(values, defaults)}
+    assert shown == expected
+
+
+def test_describe_shows_tiering_values_set_at_the_broker_as_the_topics_own():
+    for listing in (noida(**{"local.retention.ms": "60000"}), tansu(**{"local.retention.ms": "60000"})):
+        values = BrokerTopicConfigs.from_described(listing).tiering_values()
+        shown = {d.name: d for d in describe(values, TieringConfig(tier_all_topics=True))}
+        assert list(shown) == list(TIERING_KEYS)
+        local = shown["local.retention.ms"]
+        assert (local.value, local.source, local.is_default) == ("60000", SOURCE_DYNAMIC_TOPIC_CONFIG, False)
+        assert local.synonyms == (("local.retention.ms", "60000", SOURCE_DYNAMIC_TOPIC_CONFIG),
+                                  ("log.local.retention.ms", "-2", SOURCE_DEFAULT_CONFIG))
+        assert (shown["remote.storage.enable"].value, shown["remote.storage.enable"].source) == (
+            "true", SOURCE_STATIC_BROKER_CONFIG)
 
 
 @settings(max_examples=200, deadline=None)
