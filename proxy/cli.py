@@ -12,6 +12,7 @@ from pathlib import Path
 import trio
 
 from proxy.config import ConfigError, ProxyConfig, load_properties
+from proxy.config_keys import check_keys
 from proxy.log_format import configure as configure_logging
 from proxy.server import Proxy
 from tiering.service import TieringService
@@ -30,11 +31,21 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="text lines, or JSON lines (ts, level, logger, message, error); one line per record")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tiered-proxy")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tiered-proxy",
         description="A Kafka-wire-compatible proxy that gives an unmodified Kafka cluster tiered storage.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy in front of a Kafka cluster")
     serve.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
@@ -52,23 +63,37 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tier-all-topics", action="store_true",
                        help="tier every topic, not only those with remote.storage.enable=true "
                             "(config: proxy.tier.all.topics)")
+    serve.add_argument("--strict-config", action="store_true",
+                       help="refuse to start on a config key the proxy does not read (a misspelling, say) "
+                            "instead of warning (config: proxy.config.strict)")
     _add_common(serve)
-    demo = sub.add_parser("demo", help="start an embedded broker and the proxy on loopback, and show how to use them")
-    demo.add_argument("--listen", default="127.0.0.1:19092", metavar="HOST:PORT")
-    demo.add_argument("--data-dir", type=Path, help="where the embedded broker keeps its data (default: a temp dir)")
+    demo = sub.add_parser(
+        "demo", help="the product in one command: an embedded broker and the proxy with tiering on loopback; "
+                     "produces a sample, waits until it is tiered and the broker's log start has moved, reads it "
+                     "all back from offset 0 through the proxy, then serves until Ctrl-C")
+    demo.add_argument("--listen", default="127.0.0.1:19092", metavar="HOST:PORT",
+                      help="the proxy's bootstrap listener (default 127.0.0.1:19092)")
+    demo.add_argument("--data-dir", type=Path,
+                      help="where the broker's data and the remote tier go, kept after the demo "
+                           "(default: a temporary directory, removed when the demo stops)")
     demo.add_argument("--broker", default="noida", choices=["noida", "tansu"], help="which embedded broker to start")
-    demo.add_argument("--messages", type=int, default=10_000, help="sample messages to produce through the proxy")
-    demo.add_argument("--exit-after", action="store_true", help="stop after the sample round trip instead of serving")
+    demo.add_argument("--messages", type=int, default=10_000, help="sample records to produce through the proxy")
+    demo.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+                      help="longest wait for the sample to be tiered (default 120)")
+    demo.add_argument("--exit-after", action="store_true", help="stop after showing the proof instead of serving")
     _add_common(demo)
+    demo.set_defaults(log_level="WARNING")  # the demo's own lines, not the client libraries' INFO chatter
     describe = sub.add_parser("describe", help="show each partition's remote and local offsets, remote size, "
                                                 "tiering lag and KIP-950 state, asked of a running proxy")
-    describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="the proxy")
+    describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT",
+                          help="the proxy (not a broker: only the proxy sees the remote tier)")
     describe.add_argument("--topic", help="only this topic")
     describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store, with "
                                                 "their states and KIP-917 custom metadata")
     segments.add_argument("--metadata", required=True, metavar="URI",
-                          help="the proxy's store: file:///DATA_DIR/metadata or topic://__remote_log_metadata")
+                          help="the proxy's store, as a URI: file:///ABSOLUTE/DATA_DIR/metadata or "
+                               "topic://__remote_log_metadata (a bare path is refused)")
     segments.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="for a topic:// store")
     segments.add_argument("--topic", help="only this topic")
     segments.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
@@ -113,6 +138,10 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, str] | None = No
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         props[key.strip()] = value.strip()
+    # Before parsing: a misspelled key's suggestion is the useful line when parsing then fails
+    # for the want of the key it was meant to be.
+    strict = getattr(args, "strict_config", False) or props.get("proxy.config.strict", "").strip().lower() == "true"
+    check_keys(props, strict=strict)
     return ProxyConfig.from_properties(props)
 
 
@@ -140,19 +169,24 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(_serve_until_signal, Proxy(config, tiering))
             return 0
         if args.command == "describe":
-            from proxy.describe import describe, format_rows
+            from proxy.describe import DescribeError, describe, format_rows
             from tiering.broker_client import BrokerClientError
 
             try:
                 print(format_rows(describe(args.bootstrap_servers, args.topic)))
-            except BrokerClientError as e:
+            except (BrokerClientError, DescribeError) as e:
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
             return 0
         if args.command == "segments":
             from proxy.segments import format_segments, load_segments
+            from tiering.broker_client import BrokerClientError
 
-            print(format_segments(load_segments(args.metadata, args.bootstrap_servers), args.topic))
+            try:
+                print(format_segments(load_segments(args.metadata, args.bootstrap_servers), args.topic))
+            except BrokerClientError as e:  # a topic:// store's cluster did not answer
+                print(f"tiered-proxy: {e}", file=sys.stderr)
+                return 1
             return 0
         if args.command == "backfill":
             from tiering.spark_backfill import backfill, spark_session
@@ -174,15 +208,43 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from proxy.demo import run_demo
 
-            data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tiered-proxy-demo-"))
-            return run_demo(args, data_dir)
-    except (ConfigError, ValueError) as e:
-        print(f"tiered-proxy: configuration error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"tiered-proxy: {e}", file=sys.stderr)
-        return 1
+            if args.data_dir is not None:
+                return run_demo(args, args.data_dir.resolve(), owns_data_dir=False)
+            return run_demo(args, Path(tempfile.mkdtemp(prefix="tiered-proxy-demo-")), owns_data_dir=True)
+    except BaseExceptionGroup as group:
+        # trio.run wraps what a task raised in (nested) exception groups; one operator error in
+        # there is reported like the bare exception. Anything else keeps its traceback.
+        leaf = _sole_leaf(group)
+        if not isinstance(leaf, (ValueError, OSError)):
+            raise
+        return _report(leaf)
+    except (ValueError, OSError) as e:  # ConfigError is a ValueError
+        return _report(e)
     return 2
+
+
+def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside ``group`` and the groups nested in it, or None if there are more."""
+    leaves: list[BaseException] = []
+
+    def collect(g: BaseExceptionGroup[BaseException]) -> None:
+        for e in g.exceptions:
+            if isinstance(e, BaseExceptionGroup):
+                collect(e)
+            else:
+                leaves.append(e)
+
+    collect(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+def _report(error: ValueError | OSError) -> int:
+    """One line on stderr; exit 2 for a configuration or usage error, 1 for a runtime failure."""
+    if isinstance(error, ValueError):
+        print(f"tiered-proxy: configuration error: {error}", file=sys.stderr)
+        return 2
+    print(f"tiered-proxy: {error}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -33,14 +33,24 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
-def parse_host_port(text: str, key: str) -> tuple[str, int]:
+def check_port(port: int, key: str, *, lowest: int = 0, given: str | None = None) -> int:
+    """``port`` if a TCP port can be it. Checked here, at parse time, because a socket would take
+    70000 silently as 70000 % 65536."""
+    if not lowest <= port <= 65535:
+        raise ConfigError(f"{key}: port {port} is out of range {lowest}-65535" + (f" ({given})" if given else ""))
+    return port
+
+
+def parse_host_port(text: str, key: str, *, lowest: int = 0) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``SCHEME://HOST:PORT``); port 0 asks for any free port unless ``lowest``
+    says otherwise."""
     text = text.strip()
     if "://" in text:
         text = text.split("://", 1)[1]
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.lstrip("-").isdigit():
         raise ConfigError(f"{key}: expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "0.0.0.0", check_port(int(port), key, lowest=lowest, given=text)
 
 
 @dataclass
@@ -67,6 +77,7 @@ class ProxyConfig:
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
     validate_requests: bool = True  # parse every forwarded request before a broker sees it
     listener_tls: bool = False  # listeners=SSL://...: clients speak TLS (see proxy/tls.py)
+    strict_config: bool = False  # proxy.config.strict: an unknown key is an error, not a warning
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -82,7 +93,7 @@ class ProxyConfig:
         port = base + node_id - self.broker_node_id_min
         if not 0 < port < 65536:
             raise ConfigError(
-                f"broker node {node_id} maps to port {port}; set proxy.broker.port.base, "
+                f"broker node {node_id} maps to port {port}, out of range 1-65535; set proxy.broker.port.base, "
                 "proxy.broker.node.id.min or proxy.broker.port.map"
             )
         return port
@@ -108,10 +119,26 @@ class ProxyConfig:
             except ValueError:
                 raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
 
+        def take_port(key: str) -> int | None:
+            value = take(key)
+            if value is None or value.strip() == "":
+                return None
+            try:
+                port = int(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected a port number, got {value!r}") from None
+            return check_port(port, key, lowest=1)
+
+        def take_bool(key: str, default: bool) -> bool:
+            value = (take(key) or "").strip().lower()
+            if value not in ("", "true", "false"):
+                raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            return default if value == "" else value == "true"
+
         servers = take("bootstrap.servers")
         if not servers:
             raise ConfigError("bootstrap.servers: the upstream brokers are required (HOST:PORT[,HOST:PORT...])")
-        bootstrap = [parse_host_port(s, "bootstrap.servers") for s in servers.split(",") if s.strip()]
+        bootstrap = [parse_host_port(s, "bootstrap.servers", lowest=1) for s in servers.split(",") if s.strip()]
         listen = (take("listeners") or "127.0.0.1:19092").split(",")[0].strip()
         scheme = listen.split("://", 1)[0].upper() if "://" in listen else "PLAINTEXT"
         if scheme not in ("PLAINTEXT", "SSL"):
@@ -127,14 +154,15 @@ class ProxyConfig:
                     port_map[int(node)] = int(port)
                 except ValueError:
                     raise ConfigError(f"proxy.broker.port.map: expected NODE:PORT[,NODE:PORT...], got {raw_map!r}") from None
-        base = take("proxy.broker.port.base")
+                check_port(port_map[int(node)], "proxy.broker.port.map", lowest=1, given=item.strip())
+        base = take_port("proxy.broker.port.base")
         metrics = take("proxy.metrics.listen")
         cfg = cls(
             bootstrap_servers=bootstrap,
             listen_host=listen_host,
             listen_port=listen_port,
             advertised_host=take("proxy.advertised.host"),
-            broker_port_base=int(base) if base else None,
+            broker_port_base=base,
             broker_node_id_min=take_int("proxy.broker.node.id.min", 0),
             broker_port_map=port_map,
             socket_request_max_bytes=take_int("socket.request.max.bytes", 100 * 1024 * 1024),
@@ -145,6 +173,7 @@ class ProxyConfig:
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
             validate_requests=(take("proxy.request.validation") or "true").strip().lower() != "false",
             listener_tls=scheme == "SSL",
+            strict_config=take_bool("proxy.config.strict", False),
         )
         cfg.extra = props  # keys later layers (tiering) read
         return cfg

@@ -6,15 +6,27 @@ and the KIP-950 state)."""
 
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import dataclass
+from typing import Any
 
-from protocol.apis import LIST_OFFSETS
+from protocol.apis import LIST_OFFSETS, METADATA
+from protocol.errors import ErrorCode
 from proxy.topic_admin import DESCRIBE_LOG_DIRS, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
-from tiering.broker_client import BrokerClient
+from tiering.broker_client import BrokerClient, BrokerClientError
 
 LIST_OFFSETS_VERSION = 9  # the first with LATEST_TIERED; the proxy offers it whatever the broker
+METADATA_VERSION = 12  # the newest BrokerClient speaks
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
+_TIMESTAMP_NAMES = {EARLIEST: "EARLIEST", LATEST: "LATEST", EARLIEST_LOCAL: "EARLIEST_LOCAL",
+                    LATEST_TIERED: "LATEST_TIERED"}
+
+
+class DescribeError(Exception):
+    """describe cannot show a true picture: nothing answers, a broker answers instead of the
+    proxy, the topic does not exist, or an answer carries an error code. One line, for the
+    operator."""
 
 
 @dataclass
@@ -34,27 +46,34 @@ class PartitionRow:
 def describe(bootstrap: str, topic: str | None = None) -> list[PartitionRow]:
     client = BrokerClient(bootstrap)
     try:
-        topics = client.metadata([topic] if topic else None)
-        remote = _remote_log_dir(client)
+        try:
+            client.metadata([])  # learns the brokers; the first thing that can find nobody there
+        except BrokerClientError as e:
+            raise _unreachable(bootstrap, e) from None
+        if not client.brokers:
+            raise DescribeError(f"{bootstrap} answered Metadata with no brokers")
+        node = min(client.brokers)
+        remote = _remote_log_dir(client, node, bootstrap)
         rows = []
-        for name, info in sorted(topics.items()):
-            if info.internal or name.startswith("__"):
-                continue
+        for name, partitions in sorted(_topics(client, node, topic).items()):
             by_leader: dict[int, list[int]] = {}
-            for p in info.partitions.values():
-                by_leader.setdefault(p.leader, []).append(p.partition)
+            for p, leader in partitions.items():
+                by_leader.setdefault(leader, []).append(p)
             offsets: dict[tuple[int, int], int] = {}
-            for leader, partitions in by_leader.items():
+            for leader, numbers in sorted(by_leader.items()):
                 for timestamp in (EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED):
                     body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": 10_000, "topics": [
                         {"name": name, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
-                                                       "timestamp": timestamp} for p in partitions]}]}
+                                                       "timestamp": timestamp} for p in numbers]}]}
                     answer = client.request(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
                     for t in answer["topics"]:
                         for p in t["partitions"]:
-                            offsets[(p["partition_index"], timestamp)] = p["offset"] if p["error_code"] == 0 else -1
+                            if p["error_code"] != ErrorCode.NONE:
+                                raise DescribeError(f"ListOffsets {_TIMESTAMP_NAMES[timestamp]} ({timestamp}) for "
+                                                    f"{t['name']}-{p['partition_index']}: {_error_name(p['error_code'])}")
+                            offsets[(p["partition_index"], timestamp)] = p["offset"]
             state = remote.get((name, None), ("-", 0, 0, 0))[0]
-            for p in sorted(info.partitions):
+            for p in sorted(partitions):
                 _, segments, size, lag = remote.get((name, p), (state, 0, 0, 0))
                 ry = offsets.get((p, LATEST_TIERED), -1)
                 rows.append(PartitionRow(name, p, offsets.get((p, EARLIEST)) if ry >= 0 else None,
@@ -65,19 +84,86 @@ def describe(bootstrap: str, topic: str | None = None) -> list[PartitionRow]:
         client.close()
 
 
-def _remote_log_dir(client: BrokerClient) -> dict[tuple[str, int | None], tuple[str, int, int, int]]:
-    """(topic, partition) -> (state, segments, bytes, lag); (topic, None) -> the topic's state."""
-    client.metadata([])
-    node = min(client.brokers)
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+def _unreachable(bootstrap: str, error: BrokerClientError) -> DescribeError:
+    """Why nothing answered, per address: BrokerClientError's text is about brokers, and the
+    operator is looking for a proxy."""
+    reasons = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        except (OSError, ValueError) as e:
+            reasons.append(f"{address} ({getattr(e, 'strerror', None) or e})")
+        else:  # something listens there, but does not speak Kafka (or hung up)
+            return DescribeError(f"{address} does not answer as Kafka ({error}); describe needs the address "
+                                 "of a running tiered-proxy")
+    return DescribeError(f"nothing answers at {'; '.join(reasons)}: describe needs the address of a running "
+                         "tiered-proxy")
+
+
+def _not_the_proxy(bootstrap: str) -> DescribeError:
+    return DescribeError(f"{bootstrap} answers as a Kafka broker, not as tiered-proxy: describe needs the proxy's "
+                         "address (it cannot see the remote tier through a broker)")
+
+
+def _topics(client: BrokerClient, node: int, topic: str | None) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> leader, from a Metadata answer whose error codes are all checked
+    (BrokerClient.metadata leaves failed topics out, which would make a missing topic an empty
+    table)."""
+    versions = client.supported(node, METADATA)
+    version = min(versions[1], METADATA_VERSION) if versions is not None else 1
+    body = {"topics": None if topic is None else [{"name": topic, "topic_id": bytes(16)}],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False}
+    answer: dict[str, Any] = client.request(node, METADATA, version, body)
+    found: dict[str, dict[int, int]] = {}
+    for t in answer["topics"]:
+        name = t["name"]
+        if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise DescribeError(f"topic {name!r} does not exist (Metadata: UNKNOWN_TOPIC_OR_PARTITION)")
+        if t["error_code"] != ErrorCode.NONE:
+            raise DescribeError(f"Metadata for topic {name!r}: {_error_name(t['error_code'])}")
+        if topic is None and (t.get("is_internal") or name.startswith("__")):
+            continue  # Kafka's own topics, unless asked for by name
+        partitions: dict[int, int] = {}
+        for p in t["partitions"]:
+            # REPLICA_NOT_AVAILABLE only says a follower is down; the leader answers.
+            if p["error_code"] not in (ErrorCode.NONE, ErrorCode.REPLICA_NOT_AVAILABLE) or p["leader_id"] < 0:
+                raise DescribeError(f"Metadata for {name}-{p['partition_index']}: "
+                                    f"{_error_name(p['error_code']) if p['error_code'] else 'no leader'}")
+            partitions[p["partition_index"]] = p["leader_id"]
+        found[name] = partitions
+    if topic is not None and topic not in found:
+        raise DescribeError(f"topic {topic!r} does not exist (Metadata left it out)")
+    return found
+
+
+def _remote_log_dir(client: BrokerClient, node: int,
+                    bootstrap: str) -> dict[tuple[str, int | None], tuple[str, int, int, int]]:
+    """(topic, partition) -> (state, segments, bytes, lag); (topic, None) -> the topic's state.
+    The proxy offers ListOffsets LATEST_TIERED and adds a ``remote:`` log dir to DescribeLogDirs
+    whatever the broker; anything that does neither is not the proxy."""
+    list_offsets = client.supported(node, LIST_OFFSETS)
     versions = client.supported(node, DESCRIBE_LOG_DIRS)
-    if versions is None:
-        return {}
-    version = min(versions[1], 4)
-    answer = client.request(node, DESCRIBE_LOG_DIRS, version, {"topics": None})
+    if versions is None or list_offsets is None or list_offsets[1] < LIST_OFFSETS_VERSION:
+        raise _not_the_proxy(bootstrap)
+    answer = client.request(node, DESCRIBE_LOG_DIRS, min(versions[1], 4), {"topics": None})
+    if answer.get("error_code", ErrorCode.NONE) != ErrorCode.NONE:
+        raise DescribeError(f"DescribeLogDirs: {_error_name(answer['error_code'])}")
+    remote_dirs = [r for r in answer["results"] if r["log_dir"].startswith("remote:")]
+    if not remote_dirs:
+        raise _not_the_proxy(bootstrap)
     found: dict[tuple[str, int | None], tuple[str, int, int, int]] = {}
-    for result in answer["results"]:
-        if not result["log_dir"].startswith("remote:"):
-            continue
+    for result in remote_dirs:
+        if result["error_code"] != ErrorCode.NONE:
+            raise DescribeError(f"DescribeLogDirs {result['log_dir']}: {_error_name(result['error_code'])}")
         for t in result["topics"]:
             raw_state = (t.get("_unknown_tags") or {}).get(TAG_TIERING_STATE)
             state = raw_state.decode() if raw_state else "-"

@@ -104,7 +104,7 @@ class Proxy:
         try:
             bound = self.prometheus.start(host, port)
         except OSError as e:
-            raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror}") from None
+            raise OSError(f"cannot serve metrics on {host}:{port} (proxy.metrics.listen): {e.strerror or e}") from None
         log.info("Prometheus metrics on http://%s:%d/metrics", host, bound)
 
     async def _start_tiering(self) -> None:
@@ -142,8 +142,10 @@ class Proxy:
         try:
             listeners = await trio.open_tcp_listeners(port, host=self.config.listen_host)
         except OSError as e:
-            what = "bootstrap" if node_id is None else f"broker node {node_id}"
-            raise OSError(f"cannot listen on {self.config.listen_host}:{port} for {what}: {e.strerror}") from None
+            # Name the setting the port came from, so the operator knows what to change.
+            what = ("the bootstrap listener (listeners, --listen)" if node_id is None else
+                    f"broker node {node_id} (proxy.broker.port.map or proxy.broker.port.base)")
+            raise OSError(f"cannot listen on {self.config.listen_host}:{port} for {what}: {e.strerror or e}") from None
         self.listen_ports[node_id] = listeners[0].socket.getsockname()[1]
 
         async def handle(stream: trio.SocketStream) -> None:

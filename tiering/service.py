@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import logging
 import ssl
+import tempfile
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tiering.broker_tls import upstream_ssl_context
-from tiering.config import TieringConfig
+from tiering.config import DEFAULT_METADATA_TOPIC, STORAGE_URI_CONFIG, TieringConfig
 from tiering.manager import RemoteLogManager
 from tiering.metadata import RemoteLogMetadataManager
 from tiering.metadata_file import FileMetadataStore
-from tiering.storage import RemoteStorageManager, storage_from_uri
+from tiering.metadata_view import require_uri
+from tiering.remote_tier_record import check_remote_tier
+from tiering.storage import LocalFolderStorage, RemoteStorageManager, storage_from_uri
 
 log = logging.getLogger(__name__)
 
 DATA_DIR_CONFIG = "proxy.data.dir"
-STORAGE_URI_CONFIG = "remote.log.storage.uri"
 METADATA_URI_CONFIG = "remote.log.metadata.uri"
 METADATA_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
 METADATA_REPLICATION_CONFIG = "remote.log.metadata.topic.replication.factor"
@@ -40,7 +42,6 @@ OWNERSHIP_CONFIG = "proxy.copier.ownership"  # group (default with a metadata to
 GROUP_ID_CONFIG = "remote.log.manager.group.id"
 GROUP_SESSION_TIMEOUT_CONFIG = "remote.log.manager.group.session.timeout.ms"
 DEFAULT_DATA_DIR = "/tmp/tiered-proxy"
-DEFAULT_METADATA_TOPIC = "__remote_log_metadata"
 
 
 def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: Mapping[str, object],
@@ -63,6 +64,73 @@ def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: M
     raise ValueError(f"metadata URI {uri!r}: expected file:///path or topic://NAME")
 
 
+class SettingError(OSError):
+    """What a setting names (the data dir, the remote folder, the metadata store) cannot be
+    created, written or opened; the message names the setting, the path and the OS reason."""
+
+
+# The flag that sets each key on the command line, so a message names what the operator typed.
+_FLAGS = {DATA_DIR_CONFIG: "--data-dir", STORAGE_URI_CONFIG: "--remote", METADATA_URI_CONFIG: "--metadata"}
+
+
+def _setting_error(key: str, value: str, path: Path, action: str, error: OSError) -> SettingError:
+    where = f": {error.filename}" if error.filename and Path(str(error.filename)) != path else ""
+    return SettingError(f"{_FLAGS[key]} {value} ({key}): cannot {action}: {error.strerror or error}{where}")
+
+
+def _metadata_error(metadata_uri: str, error: OSError) -> SettingError:
+    directory = Path(urllib.parse.unquote(urllib.parse.urlsplit(metadata_uri).path))
+    return _setting_error(METADATA_URI_CONFIG, metadata_uri, directory, "open the metadata store", error)
+
+
+def _writable_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    # mkdir accepts an existing directory the proxy cannot write to: find out now, not at the first copy.
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+def open_locations(bootstrap_servers: str, props: Mapping[str, object], tls: ssl.SSLContext | None,
+                   ) -> tuple[Path, str, RemoteStorageManager, str, RemoteLogMetadataManager]:
+    """The data dir, the remote tier and the metadata store the properties name, created or opened
+    (data dir, storage URI, storage, metadata URI, store). A failure names its setting (flag and
+    key), the path and the reason: a SettingError (exit 1), or a ValueError for a malformed URI."""
+    data_dir = Path(str(props.get(DATA_DIR_CONFIG) or DEFAULT_DATA_DIR))
+    try:
+        _writable_dir(data_dir)
+    except OSError as e:
+        raise _setting_error(DATA_DIR_CONFIG, str(data_dir), data_dir, "create or write the directory", e) from None
+    storage_uri = str(props.get(STORAGE_URI_CONFIG) or f"file://{data_dir.resolve()}/remote")
+    metadata_uri = str(props.get(METADATA_URI_CONFIG) or f"file://{data_dir.resolve()}/metadata")
+    require_uri(storage_uri, f"--remote ({STORAGE_URI_CONFIG})", "s3://BUCKET/PREFIX")
+    require_uri(metadata_uri, f"--metadata ({METADATA_URI_CONFIG})", "topic://NAME")
+    try:
+        check_remote_tier(data_dir, storage_uri, metadata_uri)  # before either is opened: a refusal changes nothing
+    except OSError as e:  # the store's directory is unusable (reading its record failed)
+        raise _metadata_error(metadata_uri, e) from None
+    try:
+        storage = storage_from_uri(storage_uri, **dict(props))
+        if isinstance(storage, LocalFolderStorage):
+            _writable_dir(storage.root)
+    except OSError as e:
+        root = Path(urllib.parse.unquote(urllib.parse.urlsplit(storage_uri).path))
+        raise _setting_error(STORAGE_URI_CONFIG, storage_uri, root, "create or write the folder", e) from None
+    except ValueError as e:
+        raise ValueError(f"--remote ({STORAGE_URI_CONFIG}): {e}") from None
+    try:
+        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props, ssl_context=tls)
+    except OSError as e:
+        storage.close()
+        raise _metadata_error(metadata_uri, e) from None
+    except ValueError as e:
+        storage.close()
+        raise ValueError(f"--metadata ({METADATA_URI_CONFIG}): {e}") from None
+    return data_dir, storage_uri, storage, metadata_uri, metadata
+
+
 @dataclass
 class TieringService:
     storage: RemoteStorageManager
@@ -79,13 +147,8 @@ class TieringService:
         config = TieringConfig.from_properties(props)
         if not config.enabled:
             return None
-        data_dir = Path(str(props.get(DATA_DIR_CONFIG) or DEFAULT_DATA_DIR))
-        data_dir.mkdir(parents=True, exist_ok=True)
-        storage_uri = str(props.get(STORAGE_URI_CONFIG) or f"file://{data_dir.resolve()}/remote")
-        metadata_uri = str(props.get(METADATA_URI_CONFIG) or f"file://{data_dir.resolve()}/metadata")
-        storage = storage_from_uri(storage_uri, **dict(props))
         tls = upstream_ssl_context(props)
-        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props, ssl_context=tls)
+        data_dir, storage_uri, storage, metadata_uri, metadata = open_locations(bootstrap_servers, props, tls)
         manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, ssl_context=tls)
         ownership = None
         if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
