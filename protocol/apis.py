@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from protocol.schema import Codec, MessageSchema, available_schemas, codec, load_schema
+from protocol.message_codec import Codec, codec
+from protocol.message_schema import MessageSchema, available_schemas, load_schema
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
+DESCRIBE_LOG_DIRS = 35
 SASL_AUTHENTICATE = 36
 INCREMENTAL_ALTER_CONFIGS = 44
 DESCRIBE_CLUSTER = 60

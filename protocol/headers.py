@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass, field
 
 from protocol.errors import ProtocolError
-from protocol.schema import read_uvarint, uvarint_bytes
+from protocol.varint import read_uvarint, uvarint_bytes
 
 _KEY_VERSION_CORR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")

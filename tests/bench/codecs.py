@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from protocol.message_codec import codec  # noqa: E402
 from protocol.records import Record, build_batch  # noqa: E402
-from protocol.schema import codec  # noqa: E402
 
 
 def fetch_response(version: int) -> bytes:

@@ -10,31 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocol.compression import Compression, compress, decompress
+from protocol.control_records import ControlType, decode_control_record, make_control_record
 from protocol.errors import ProtocolError
-from protocol.records import (
+from protocol.record_batch import (
     HEADER_SIZE,
     BatchHeader,
-    Compression,
-    ControlType,
-    Record,
     TimestampType,
-    build_batch,
-    compress,
     compute_crc,
-    decode_control_record,
-    decode_records,
-    decode_varint,
-    decode_varlong,
-    decompress,
-    encode_varint,
-    encode_varlong,
-    iter_batches,
-    iter_entries,
-    make_control_record,
     read_header,
-    split_batches,
     verify_crc,
 )
+from protocol.record_set import iter_batches, iter_entries, split_batches
+from protocol.records import Record, build_batch, decode_records
+from protocol.varint import decode_varint, decode_varlong, encode_varint, encode_varlong
 
 CODECS = list(Compression)
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from protocol import metadata_records as mr
 from protocol import remote_formats as rf
 from protocol.errors import ProtocolError
-from tiering import metadata_codec
+from tiering.metadata import codec
 from tiering.model import (
     DisablePolicy,
     RemoteLogSegmentId,
@@ -127,7 +127,7 @@ DECODERS = [
     lambda b: rf.aborted_in_range(b, 0, 100),
     rf.decode_leader_epoch_checkpoint,
     mr.decode_record,
-    metadata_codec.deserialize,
+    codec.deserialize,
 ]
 
 
@@ -179,19 +179,19 @@ records_st = st.one_of(
 @FAST
 @given(records_st)
 def test_metadata_records_round_trip(record):
-    data = metadata_codec.serialize(record)
+    data = codec.serialize(record)
     assert data[0] == 1  # frame version
-    assert metadata_codec.deserialize(data) == record
+    assert codec.deserialize(data) == record
 
 
 @FAST
 @given(records_st, st.data())
 def test_damaged_metadata_records_raise_only_protocol_error(record, data):
-    raw = bytearray(metadata_codec.serialize(record))
+    raw = bytearray(codec.serialize(record))
     cut = data.draw(st.integers(0, len(raw) - 1))
     for damaged in (bytes(raw[:cut]), bytes(raw[:cut]) + bytes([raw[cut] ^ 0xFF]) + bytes(raw[cut + 1:])):
         try:
-            metadata_codec.deserialize(damaged)
+            codec.deserialize(damaged)
         except ProtocolError:
             pass
 
@@ -204,8 +204,8 @@ def test_partition_delete_record_bytes_by_hand():
                                            RemotePartitionDeleteState.DELETE_PARTITION_STARTED, 5, 7)
     expected = (bytes([1, 2, 0]) + bytes([3]) + b"ab" + topic_id.bytes + (3).to_bytes(4, "big") + b"\0"
                 + (7).to_bytes(4, "big") + (5).to_bytes(8, "big") + bytes([1]) + b"\0")
-    assert metadata_codec.serialize(record) == expected
-    assert metadata_codec.deserialize(expected) == record
+    assert codec.serialize(record) == expected
+    assert codec.deserialize(expected) == record
 
 
 @pytest.mark.parametrize(("data", "expected"), [
@@ -219,5 +219,5 @@ def test_murmur2_known_values(data, expected):
 
 def test_metadata_partition_is_stable_and_in_range():
     tp = TopicIdPartition(uuid.UUID(int=12345), "t", 2)
-    assert 0 <= metadata_codec.metadata_partition(tp) < 50
-    assert metadata_codec.metadata_partition(tp) == metadata_codec.metadata_partition(TopicIdPartition(tp.topic_id, "renamed", 2))
+    assert 0 <= codec.metadata_partition(tp) < 50
+    assert codec.metadata_partition(tp) == codec.metadata_partition(TopicIdPartition(tp.topic_id, "renamed", 2))

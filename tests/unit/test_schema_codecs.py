@@ -18,7 +18,8 @@ from protocol.headers import (
     encode_request_header,
     encode_response_header,
 )
-from protocol.schema import Field, available_schemas, codec, load_schema
+from protocol.message_codec import codec
+from protocol.message_schema import Field, available_schemas, load_schema
 
 _INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 

@@ -1,0 +1,7 @@
+"""The remote tier's log dir in DescribeLogDirs answers: the proxy adds one log dir named
+``remote:`` plus the storage URI, and puts in tagged fields (v2+) what only tiered-proxy's own
+``describe`` reads. Other clients skip unknown tags."""
+
+REMOTE_LOG_DIR_PREFIX = "remote:"
+TAG_SEGMENT_COUNT = 10_000  # per partition: int32, the remote segments
+TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch" (KIP-950)
