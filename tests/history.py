@@ -16,8 +16,8 @@ from tests.clients import Record, read_to_end
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.tiering_checks import create_tiered_topic, produce_mixed, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
 
 MESSAGES = 300_000
 PARTITIONS = 3

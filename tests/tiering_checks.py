@@ -6,17 +6,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.records import ControlType, decode_control_record, decode_records, iter_batches, read_header
-from protocol.remote_formats import (
-    decode_leader_epoch_checkpoint,
-    decode_offset_index,
-    decode_time_index,
-    decode_transaction_index,
-)
+from protocol.control_records import ControlType, decode_control_record
+from protocol.record_batch import read_header
+from protocol.record_set import iter_batches
+from protocol.records import decode_records
+from protocol.remote_formats.leader_epoch_checkpoint import decode_leader_epoch_checkpoint
+from protocol.remote_formats.offset_index import decode_offset_index
+from protocol.remote_formats.time_index import decode_time_index
+from protocol.remote_formats.transaction_index import decode_transaction_index
 from tiering.broker_client import BrokerClient
-from tiering.metadata import RemoteLogMetadataManager
+from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tiering.storage import RemoteResourceNotFoundError, RemoteStorageManager
+from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageManager
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

@@ -4,8 +4,10 @@ values that override them (Kafka's topic config names), resolved the way a broke
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 # Kafka's special values for local.retention.*: -2 "same as retention.*", -1 unlimited.
 LOCAL_RETENTION_SAME_AS_TOTAL = -2
@@ -22,6 +24,16 @@ PROXY_DEFAULTED_KEYS = frozenset({
     "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
     "remote.log.retention.ms", "remote.log.retention.bytes", "remote.log.disable.policy",
 })
+
+
+def require_uri(text: str, setting: str, alternative: str = "") -> urllib.parse.SplitResult:
+    """``text`` split as a URI; a bare path is refused with the exact URI to use instead (the
+    stores take URIs so that a path and a topic or bucket can never be confused)."""
+    parts = urllib.parse.urlsplit(text)
+    if not parts.scheme:
+        raise ValueError(f"{setting}: {text!r} is a path, not a URI; use {Path(text).absolute().as_uri()}"
+                         + (f" (or {alternative})" if alternative else ""))
+    return parts
 
 
 def _int(props: Mapping[str, object], key: str, default: int) -> int:

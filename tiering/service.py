@@ -5,11 +5,11 @@ Keys (Kafka-style properties; the CLI flags set the first three):
 - ``proxy.data.dir``: local working directory (default ``/tmp/tiered-proxy``): spool files,
   the data-loss gap log, and the embedded metadata store and remote folder by default;
 - ``remote.log.storage.uri``: ``file:///path`` (default ``file://{data dir}/remote``) or
-  ``s3://bucket/prefix`` (see ``tiering.storage``);
+  ``s3://bucket/prefix`` (see ``tiering.storage.uri``);
 - ``remote.log.metadata.uri``: ``file:///path`` (default ``file://{data dir}/metadata``), the
   embedded journal store, or ``topic:`` / ``topic://NAME`` for the topic-based store on the
   upstream cluster (``__remote_log_metadata`` by default; ``remote.log.metadata.topic.num.partitions``
-  and ``remote.log.metadata.topic.replication.factor`` as in Kafka);
+  and ``remote.log.metadata.topic.replication.factor`` as in Kafka; see ``tiering.metadata.uri``);
 - everything :class:`tiering.config.TieringConfig` reads.
 """
 
@@ -24,44 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiering.broker_tls import upstream_ssl_context
-from tiering.config import DEFAULT_METADATA_TOPIC, STORAGE_URI_CONFIG, TieringConfig
-from tiering.manager import RemoteLogManager
-from tiering.metadata import RemoteLogMetadataManager
-from tiering.metadata_file import FileMetadataStore
-from tiering.metadata_view import require_uri
-from tiering.remote_tier_record import check_remote_tier
-from tiering.storage import LocalFolderStorage, RemoteStorageManager, storage_from_uri
+from tiering.config import STORAGE_URI_CONFIG, TieringConfig, require_uri
+from tiering.copy.manager import RemoteLogManager
+from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.remote_tier_record import check_remote_tier
+from tiering.metadata.uri import metadata_from_uri
+from tiering.storage.api import RemoteStorageManager
+from tiering.storage.local_folder import LocalFolderStorage
+from tiering.storage.uri import storage_from_uri
 
 log = logging.getLogger(__name__)
 
 DATA_DIR_CONFIG = "proxy.data.dir"
 METADATA_URI_CONFIG = "remote.log.metadata.uri"
-METADATA_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
-METADATA_REPLICATION_CONFIG = "remote.log.metadata.topic.replication.factor"
 OWNERSHIP_CONFIG = "proxy.copier.ownership"  # group (default with a metadata topic) or all
 GROUP_ID_CONFIG = "remote.log.manager.group.id"
 GROUP_SESSION_TIMEOUT_CONFIG = "remote.log.manager.group.session.timeout.ms"
 DEFAULT_DATA_DIR = "/tmp/tiered-proxy"
-
-
-def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: Mapping[str, object],
-                      ssl_context: ssl.SSLContext | None = None) -> RemoteLogMetadataManager:
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise ValueError(f"metadata URI {uri!r}: use file:///absolute/path")
-        return FileMetadataStore(Path(urllib.parse.unquote(parts.path)))
-    if parts.scheme == "topic":
-        from tiering.metadata_topic import TopicMetadataStore
-
-        topic = parts.netloc or parts.path.strip("/") or DEFAULT_METADATA_TOPIC
-        return TopicMetadataStore(
-            bootstrap_servers, data_dir / "metadata-snapshots", topic=topic,
-            partitions=int(str(props.get(METADATA_PARTITIONS_CONFIG, 50))),
-            replication_factor=int(str(props.get(METADATA_REPLICATION_CONFIG, 1))),
-            ssl_context=ssl_context,
-        )
-    raise ValueError(f"metadata URI {uri!r}: expected file:///path or topic://NAME")
 
 
 class SettingError(OSError):
@@ -153,7 +132,7 @@ class TieringService:
         ownership = None
         if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
             # A shared metadata topic: instances divide the copying by a consumer group.
-            from tiering.ownership import DEFAULT_GROUP_ID, GroupOwnership
+            from tiering.copy.ownership import DEFAULT_GROUP_ID, GroupOwnership
 
             ownership = GroupOwnership(
                 bootstrap_servers, metadata.topic, metadata.partitions_count,  # type: ignore[attr-defined]

@@ -80,7 +80,7 @@ def kafka_python_read(bootstrap: str, count: int) -> tuple[float, int]:
 
 
 def spark_read(master: str, options: dict[str, str], count: int) -> tuple[float, int]:
-    from tiering.spark_backfill import spark_session
+    from tiering.spark.backfill import spark_session
 
     spark = spark_session(master, "spark-backfill-bench", **{"spark.ui.enabled": "false"})
     try:

@@ -18,13 +18,13 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.records import iter_batches
+from protocol.record_set import iter_batches
 from proxy.embedded_broker import start_broker
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import start_proxy
 from tiering.broker_client import BrokerClient
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
 from tiering.model import TopicIdPartition
 
 TOPIC = "bench-tiering"

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.admin_clients import Admin
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import wait_until
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 
 
 def _files(directory: Path) -> dict[str, bytes]:

@@ -24,7 +24,7 @@ from tests.tiering_checks import (
     wait_until,
 )
 from tiering.broker_client import EARLIEST, BrokerClient
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 
 PARTITIONS = 2
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from tests.integration.test_tiering import FAST, direct_log_end, tier_until_caught_up
 from tests.tiering_checks import check_contiguous, create_tiered_topic, partitions_of
 from tiering.broker_client import EARLIEST, BrokerClient
-from tiering.manager import RemoteLogManager
-from tiering.metadata_file import FileMetadataStore
+from tiering.copy.manager import RemoteLogManager
+from tiering.metadata.journal_store import FileMetadataStore
 from tiering.model import RemoteLogSegmentMetadata
-from tiering.storage import LocalFolderStorage
+from tiering.storage.local_folder import LocalFolderStorage
 
 SEGMENT_BYTES = 16 * 1024
 

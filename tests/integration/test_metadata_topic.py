@@ -9,8 +9,8 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from tiering.metadata_codec import deserialize, metadata_partition
-from tiering.metadata_topic import TopicMetadataStore
+from tiering.metadata.codec import deserialize, metadata_partition
+from tiering.metadata.topic_store import TopicMetadataStore
 from tiering.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -111,8 +111,8 @@ def test_the_copier_on_the_topic_store(upstream, names):
     )
     from tiering.broker_client import BrokerClient
     from tiering.config import TieringConfig
-    from tiering.manager import RemoteLogManager
-    from tiering.storage import LocalFolderStorage
+    from tiering.copy.manager import RemoteLogManager
+    from tiering.storage.local_folder import LocalFolderStorage
 
     topic, tmp = names
     user_topic = f"{topic}-data"

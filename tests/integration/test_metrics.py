@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.clients import consume_records
 from tests.history import PARTITIONS
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 
 TOPIC_METRICS = "kafka_server_brokertopicmetrics_"
 

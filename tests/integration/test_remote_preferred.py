@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import pytest
 
 from protocol.apis import FETCH
-from protocol.records import iter_batches
+from protocol.record_set import iter_batches
 from tests.clients import CLIENTS, Record, consume_records, read_to_end
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, direct_log, partitions_of, produce_mixed, wait_until
 from tiering.broker_client import BrokerClient
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
 
 PARTITIONS = 3
 ABORTED_PREFIXES = (b"tx2-", b"tx5-", b"tx8-")  # produce_mixed aborts every third transaction

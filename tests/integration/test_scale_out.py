@@ -11,7 +11,7 @@ import time
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
 from tiering.broker_client import BrokerClient
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 from tiering.model import TopicIdPartition
 
 PARTITIONS = 6
@@ -71,8 +71,8 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
         assert _copied_partitions(second.log_text(), topic) == set(range(PARTITIONS))
 
         # Nothing lost or copied twice: contiguous from 0, and the bytes are the broker's.
-        from tiering.metadata_topic import TopicMetadataStore
-        from tiering.storage import LocalFolderStorage
+        from tiering.metadata.topic_store import TopicMetadataStore
+        from tiering.storage.local_folder import LocalFolderStorage
 
         store = TopicMetadataStore(tansu.bootstrap, tmp_path / "check", topic=metadata.removeprefix("topic://"),
                                    partitions=METADATA_PARTITIONS)

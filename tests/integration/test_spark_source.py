@@ -22,7 +22,7 @@ EPOCH = datetime.datetime(1970, 1, 1)
 
 @pytest.fixture(scope="module")
 def spark():
-    from tiering.spark_source import TieredKafkaDataSource
+    from tiering.spark.source import TieredKafkaDataSource
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this venv's interpreter
     session = (pyspark_sql.SparkSession.builder.master("local[2]").appName("tiered-kafka-tests")
@@ -125,7 +125,7 @@ def test_streaming_with_max_offsets_resumes_from_its_checkpoint(spark, history, 
 
 
 def _segments(history) -> dict[int, list]:  # noqa: ANN001
-    from tiering.metadata_view import load_metadata
+    from tiering.metadata.view import load_metadata
 
     state = load_metadata(f"file://{Path(history.data_dir) / 'metadata'}")
     return {tp.partition: state.finished(tp) for tp in state.readable_partitions() if tp.topic == history.topic}

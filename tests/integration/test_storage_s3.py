@@ -24,14 +24,10 @@ from tests.integration.s3_server import (
 )
 from tests.unit.test_storage_local import StorageContract, segment_data, segment_metadata
 from tiering.model import IndexType, LogSegmentData
-from tiering.storage import (
-    MiB,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-    S3SegmentLocation,
-    S3Storage,
-    storage_from_uri,
-)
+from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError
+from tiering.storage.s3 import MiB, S3Storage
+from tiering.storage.s3_location import S3SegmentLocation
+from tiering.storage.uri import storage_from_uri
 
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
 

@@ -15,9 +15,9 @@ from tests.admin_clients import Admin
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import check_segment, direct_log, partitions_of, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 from tiering.model import RemoteLogSegmentMetadata
-from tiering.storage import LocalFolderStorage
+from tiering.storage.local_folder import LocalFolderStorage
 
 PARTITIONS = 2
 MESSAGES = 6000  # ~0.5 MB per partition: dozens of 16 KiB segments

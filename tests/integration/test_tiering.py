@@ -26,10 +26,12 @@ from tests.tiering_checks import (
 )
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.config import TieringConfig
-from tiering.manager import RemoteLogManager
-from tiering.metadata_file import JOURNAL_NAME, FileMetadataStore, read_journal
+from tiering.copy.manager import RemoteLogManager
+from tiering.metadata.journal_store import JOURNAL_NAME, FileMetadataStore, read_journal
 from tiering.model import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
-from tiering.storage import LocalFolderStorage, RemoteStorageManager, S3Storage
+from tiering.storage.api import RemoteStorageManager
+from tiering.storage.local_folder import LocalFolderStorage
+from tiering.storage.s3 import S3Storage
 
 FAST = TieringConfig(task_interval_ms=200, copy_backoff_max_ms=1000)
 
@@ -193,7 +195,7 @@ def test_kill_9_during_copies_then_restart(upstream, tmp_path, unique_name):
 
 def _tiered_to(records: list, tp) -> int:
     """Highest end offset of a FINISHED segment of ``tp`` in a journal read from outside."""
-    from tiering.metadata import MetadataState
+    from tiering.metadata.state import MetadataState
 
     state = MetadataState()
     for record in records:

@@ -172,7 +172,7 @@ def test_tls_toward_the_brokers(tmp_path, unique_name):
 
 
 def _tiered(metadata: str, bootstrap: str, topic: str) -> bool:
-    from tiering.metadata_view import load_metadata
+    from tiering.metadata.view import load_metadata
 
     state = load_metadata(metadata, bootstrap, {"remote.log.metadata.topic.num.partitions": 3})
     return any(tp.topic == topic and state.finished(tp) for tp in state.partitions)

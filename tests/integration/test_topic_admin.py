@@ -15,8 +15,8 @@ from tests.clients import consume_records
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import message_number, produce_numbered, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
 from tiering.model import RemoteLogSegmentMetadata, RemotePartitionDeleteState, TieringState, TopicIdPartition
 
 PARTITIONS = 2

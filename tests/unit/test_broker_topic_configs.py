@@ -12,10 +12,10 @@ import pytest
 
 from tiering.broker_client import PartitionInfo, TopicInfo
 from tiering.config import PROXY_DEFAULTED_KEYS, TieringConfig, TopicTiering
-from tiering.manager import RemoteLogManager
-from tiering.metadata_file import FileMetadataStore
+from tiering.copy.manager import RemoteLogManager
+from tiering.metadata.journal_store import FileMetadataStore
 from tiering.model import TieringState
-from tiering.storage import LocalFolderStorage
+from tiering.storage.local_folder import LocalFolderStorage
 from tiering.topic_configs import (
     ALWAYS_LISTED,
     SOURCE_DEFAULT_CONFIG,

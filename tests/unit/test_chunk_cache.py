@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_storage_local import segment_data, segment_metadata
-from tiering.chunk_cache import ChunkCache
 from tiering.model import RemoteLogSegmentMetadata
-from tiering.storage import LocalFolderStorage
+from tiering.read.chunk_cache import ChunkCache
+from tiering.storage.local_folder import LocalFolderStorage
 
 
 class CountingStorage(LocalFolderStorage):

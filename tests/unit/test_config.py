@@ -99,7 +99,7 @@ def test_node_port_out_of_range_names_the_keys() -> None:
 
 # Functions whose first argument is a key read from the properties (proxy/config.py's helpers).
 _TAKERS = {"take", "take_int", "take_bool", "take_port"}
-# Helpers called as helper(props, KEY, ...) (tiering/config.py, proxy/tiered_reads.py, tiering/storage.py).
+# Helpers called as helper(props, KEY, ...) (tiering/config.py, proxy/filters/tiered_reads.py, tiering/storage/uri.py).
 _HELPERS = {"_int", "_bool", "_int_config"}
 # The names the properties go by where they are read; other mappings (topic configs, Spark
 # options) hold other things.
@@ -142,7 +142,7 @@ def _keys_read(path: Path, constants: dict[str, str]) -> set[str]:
 
 
 def _sources() -> list[Path]:
-    return [p for d in ("proxy", "tiering") for p in sorted((ROOT / d).glob("*.py")) if p.name != "config_keys.py"]
+    return [p for d in ("proxy", "tiering") for p in sorted((ROOT / d).rglob("*.py")) if p.name != "config_keys.py"]
 
 
 def test_registry_holds_every_key_the_code_reads() -> None:

@@ -9,9 +9,11 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import Compression, ControlType, Record, build_batch, make_control_record
-from tiering.kafka_rows import NO_END, AbortedTransactions, RowBuilder, arrow_schema, batches_to_rows
-from tiering.spark_source import CaseInsensitiveOptions, _rate_limit
+from protocol.compression import Compression
+from protocol.control_records import ControlType, make_control_record
+from protocol.records import Record, build_batch
+from tiering.spark.rows import NO_END, AbortedTransactions, RowBuilder, arrow_schema, batches_to_rows
+from tiering.spark.source import CaseInsensitiveOptions, _rate_limit
 
 
 @st.composite

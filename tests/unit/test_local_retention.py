@@ -7,7 +7,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiering.local_retention import local_retention_target
+from tiering.copy.local_retention import local_retention_target
 from tiering.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

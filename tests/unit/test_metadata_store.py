@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiering.metadata import InvalidStateTransitionError
-from tiering.metadata_file import JOURNAL_NAME, FileMetadataStore, read_journal
+from tiering.metadata.journal_store import JOURNAL_NAME, FileMetadataStore, read_journal
+from tiering.metadata.state import InvalidStateTransitionError
 from tiering.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -27,7 +27,7 @@ from tiering.model import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from tiering.storage import RemoteResourceNotFoundError
+from tiering.storage.api import RemoteResourceNotFoundError
 
 S = RemoteLogSegmentState
 TP = TopicIdPartition(uuid.UUID(int=7), "orders", 0)
@@ -199,7 +199,7 @@ def test_a_corrupt_byte_stops_replay_there(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, uuid
-    from tiering.metadata_file import FileMetadataStore
+    from tiering.metadata.journal_store import FileMetadataStore
     from tiering.model import *
     tp = TopicIdPartition(uuid.UUID(int=7), "orders", 0)
     store = FileMetadataStore(sys.argv[1], compact_slack=50)

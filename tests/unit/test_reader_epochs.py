@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.unit.test_metadata_store import TP, copied, segment
-from tiering.metadata_file import FileMetadataStore
-from tiering.reader import RemoteReader
-from tiering.storage import LocalFolderStorage
+from tiering.metadata.journal_store import FileMetadataStore
+from tiering.read.reader import RemoteReader
+from tiering.storage.local_folder import LocalFolderStorage
 
 
 def test_end_offset_for_epoch_follows_kafka_rules(tmp_path):

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tiering.metadata_file import JOURNAL_NAME, FileMetadataStore
-from tiering.metadata_view import load_metadata
-from tiering.model import TieringState, TopicTieringState
-from tiering.remote_tier_record import (
+from tiering.metadata.journal_store import JOURNAL_NAME, FileMetadataStore
+from tiering.metadata.remote_tier_record import (
     REMOTE_TIER_RECORD,
     RemoteTierMismatchError,
     canonical_storage_uri,
     check_remote_tier,
 )
+from tiering.metadata.view import load_metadata
+from tiering.model import TieringState, TopicTieringState
 from tiering.service import TieringService
 
 
@@ -57,7 +57,7 @@ def _store_with_data(directory: Path) -> bytes:
 
 
 def test_a_new_store_records_its_remote_tier(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "tiering.remote_tier_record")
+    caplog.set_level(logging.INFO, "tiering.metadata.remote_tier_record")
     metadata = tmp_path / "metadata"
     check_remote_tier(tmp_path, f"file://{tmp_path}/remote/", f"file://{metadata}")
     assert f"remote.log.storage.uri=file://{tmp_path}/remote\n" in _record(metadata)
@@ -69,7 +69,7 @@ def test_a_new_store_records_its_remote_tier(tmp_path, caplog):
 
 
 def test_a_store_from_an_older_version_adopts_the_current_tier(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "tiering.remote_tier_record")
+    caplog.set_level(logging.INFO, "tiering.metadata.remote_tier_record")
     metadata = tmp_path / "metadata"
     journal = _store_with_data(metadata)
     check_remote_tier(tmp_path, "s3://bucket/p?region=r", f"file://{metadata}")

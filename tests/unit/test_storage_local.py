@@ -19,16 +19,10 @@ from tiering.model import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from tiering.storage import (
-    CustomMetadataTooLargeError,
-    LocalFolderStorage,
-    ObjectStorage,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-    kafka_uuid_str,
-    normalize_prefix,
-    storage_from_uri,
-)
+from tiering.storage.api import CustomMetadataTooLargeError, RemoteResourceNotFoundError, RemoteStorageError
+from tiering.storage.local_folder import LocalFolderStorage
+from tiering.storage.object_layout import ObjectStorage, kafka_uuid_str, normalize_prefix
+from tiering.storage.uri import storage_from_uri
 
 TP = TopicIdPartition(uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8"), "orders.v1", 3)
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from protocol.errors import ErrorCode
 from tests.unit.test_broker_topic_configs import noida, tansu
 from tiering.config import TieringConfig
-from tiering.metadata import InvalidStateTransitionError
-from tiering.metadata_file import FileMetadataStore
+from tiering.metadata.journal_store import FileMetadataStore
+from tiering.metadata.state import InvalidStateTransitionError
 from tiering.model import (
     DisablePolicy,
     RemoteLogSegmentId,

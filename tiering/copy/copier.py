@@ -10,7 +10,7 @@ One pass (:meth:`PartitionCopier.run_once`) does, in order:
    custom metadata;
 3. expire remote segments, oldest first, by the topic's remote retention;
 4. local retention: move the brokers' log start forward with DeleteRecords by Kafka's rule (see
-   :mod:`tiering.local_retention`), never past ``Ry + 1`` nor to the log end.
+   :mod:`tiering.copy.local_retention`), never past ``Ry + 1`` nor to the log end.
 
 If the brokers' log start has passed the copier's position, the offsets in between are lost:
 that is logged as an error, counted, and recorded in the gap log, and copying goes on from the
@@ -35,12 +35,16 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol.control_records import ControlType, decode_control_record
 from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, ControlType, decode_control_record, decode_records, iter_batches
+from protocol.record_batch import BatchHeader
+from protocol.record_set import iter_batches
+from protocol.records import decode_records
 from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError
 from tiering.config import TopicTiering
-from tiering.local_retention import local_retention_target
-from tiering.metadata import RemoteLogMetadataManager
+from tiering.copy.local_retention import local_retention_target
+from tiering.copy.segment import SegmentBuilder
+from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -48,8 +52,7 @@ from tiering.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tiering.segment import SegmentBuilder
-from tiering.storage import RemoteStorageError, RemoteStorageManager
+from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.config import TieringConfig, TopicTiering
-from tiering.copier import GapLog, PartitionCopier, TieringMetrics, delete_remote_segment, now_ms
-from tiering.metadata import RemoteLogMetadataManager
-from tiering.metadata_codec import metadata_partition
+from tiering.copy.copier import GapLog, PartitionCopier, TieringMetrics, delete_remote_segment, now_ms
+from tiering.metadata.codec import metadata_partition
+from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import (
     DisablePolicy,
     RemotePartitionDeleteMetadata,
@@ -35,7 +35,7 @@ from tiering.model import (
     TopicIdPartition,
     TopicTieringState,
 )
-from tiering.storage import RemoteStorageError, RemoteStorageManager
+from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from tiering.metadata_codec import metadata_partition
+from tiering.metadata.codec import metadata_partition
 from tiering.model import TopicIdPartition
 
 log = logging.getLogger(__name__)

@@ -16,13 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.records import BatchHeader
-from protocol.remote_formats import (
-    AbortedTxn,
-    SegmentIndexBuilder,
-    encode_leader_epoch_checkpoint,
-    encode_transaction_index,
-)
+from protocol.record_batch import BatchHeader
+from protocol.remote_formats.index_builder import SegmentIndexBuilder
+from protocol.remote_formats.leader_epoch_checkpoint import encode_leader_epoch_checkpoint
+from protocol.remote_formats.transaction_index import AbortedTxn, encode_transaction_index
 from tiering.model import LogSegmentData
 
 NO_TIMESTAMP = -1

@@ -1,7 +1,7 @@
 """The embedded remote log metadata store: one crash-safe journal file in a directory.
 
 The journal ``remote_log_metadata.journal`` is a sequence of entries, each a metadata record
-value (``tiering.metadata_codec``, the same bytes the metadata topic would hold) framed as::
+value (``tiering.metadata.codec``, the same bytes the metadata topic would hold) framed as::
 
     length  uint32 big endian   bytes of payload
     crc     uint32 big endian   CRC-32C of payload
@@ -25,8 +25,9 @@ import crc32c
 from construct import Bytes, ConstructError, Int32ub, Struct, this
 
 from protocol.errors import ProtocolError
-from tiering.metadata import RemoteLogMetadata, RemoteLogMetadataManager
-from tiering.metadata_codec import deserialize, serialize
+from tiering.metadata.codec import deserialize, serialize
+from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.state import RemoteLogMetadata
 
 log = logging.getLogger(__name__)
 

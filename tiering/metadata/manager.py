@@ -1,12 +1,11 @@
-"""KIP-405's RemoteLogMetadataManager: the interface, and the in-memory state both stores share.
+"""KIP-405's RemoteLogMetadataManager: the interface both stores implement.
 
-A store persists three kinds of records (segment metadata, segment updates, partition delete
-metadata; ``tiering.metadata_codec`` turns them into bytes) and answers queries from a
-:class:`MetadataState` rebuilt from those records. The public write methods validate a record
-against the current state first (the segment state machine of the javadoc, partition delete
-states), then persist it, then apply it, so an invalid call raises and leaves nothing behind.
-Replay (a store reading its own journal, or another instance's records from the metadata topic)
-goes through :meth:`MetadataState.apply`, which trusts that the writer validated.
+A store persists five kinds of records (segment metadata, segment updates, partition delete
+metadata, topic tiering states, remote log starts; ``tiering.metadata.codec`` turns them into
+bytes) and answers queries from a :class:`tiering.metadata.state.MetadataState` rebuilt from those
+records. The public write methods validate a record against the current state first (the segment
+state machine of the javadoc, partition delete states), then persist it, then apply it, so an
+invalid call raises and leaves nothing behind.
 
 Methods are synchronous and thread-safe: the copier runs on worker threads and the proxy's
 reader calls in from its own threads.
@@ -15,210 +14,20 @@ reader calls in from its own threads.
 from __future__ import annotations
 
 import bisect
-import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 
+from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
     TopicTieringState,
 )
-from tiering.storage import RemoteResourceNotFoundError
-
-log = logging.getLogger(__name__)
-
-RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset)
-
-_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-
-_PARTITION_DELETE_TRANSITIONS: dict[RemotePartitionDeleteState | None, set[RemotePartitionDeleteState]] = {
-    None: {RemotePartitionDeleteState.DELETE_PARTITION_MARKED},
-    # A remover that restarts repeats STARTED; marking twice is harmless.
-    RemotePartitionDeleteState.DELETE_PARTITION_MARKED: {
-        RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
-        RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
-    },
-    RemotePartitionDeleteState.DELETE_PARTITION_STARTED: {
-        RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
-        RemotePartitionDeleteState.DELETE_PARTITION_FINISHED,
-    },
-    RemotePartitionDeleteState.DELETE_PARTITION_FINISHED: set(),
-}
-
-
-class InvalidStateTransitionError(ValueError):
-    """A segment or partition-delete update that the state machine does not allow."""
-
-
-def epoch_ranges(segment: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
-    """``(epoch, first offset, last offset)`` for each leader epoch inside a segment."""
-    epochs = segment.segment_leader_epochs
-    ranges = []
-    for i, (epoch, start) in enumerate(epochs):
-        end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset
-        ranges.append((epoch, start, end))
-    return ranges
-
-
-@dataclass
-class PartitionState:
-    """Everything known about one partition's remote log."""
-
-    segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = field(default_factory=dict)
-    delete_state: RemotePartitionDeleteState | None = None
-    log_start_offset: int = 0  # raised by DeleteRecords; offsets below it are gone
-    # Finished segments ordered by start offset, rebuilt lazily after a change.
-    _finished: list[RemoteLogSegmentMetadata] | None = None
-
-    def finished(self) -> list[RemoteLogSegmentMetadata]:
-        if self._finished is None:
-            self._finished = sorted(
-                (s for s in self.segments.values() if s.state == _FINISHED), key=lambda s: s.start_offset
-            )
-        return self._finished
-
-    def changed(self) -> None:
-        self._finished = None
-
-
-class MetadataState:
-    """The remote log metadata of every partition, as the records so far describe it.
-
-    Not thread-safe by itself; :class:`RemoteLogMetadataManager` holds a lock around it.
-    """
-
-    def __init__(self) -> None:
-        self.partitions: dict[TopicIdPartition, PartitionState] = {}
-        self.topics: dict[str, TopicTieringState] = {}  # by topic name; deleted ones kept
-
-    def partition(self, tp: TopicIdPartition) -> PartitionState:
-        state = self.partitions.get(tp)
-        if state is None:
-            state = self.partitions[tp] = PartitionState()
-        return state
-
-    # --- validation (public write path) ---------------------------------------------------
-
-    def check(self, record: RemoteLogMetadata) -> None:
-        """Raise if ``record`` may not be written now; otherwise return."""
-        if isinstance(record, RemoteLogSegmentMetadata):
-            if record.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-                raise ValueError(f"new segment metadata must be COPY_SEGMENT_STARTED, not {record.state.name}")
-            state = self.partitions.get(record.topic_id_partition)
-            if state is not None and state.delete_state is not None:
-                raise ValueError(f"{record.topic_id_partition} is being deleted ({state.delete_state.name})")
-            if state is not None and record.segment_id in state.segments:
-                raise ValueError(f"segment {record.segment_id.id} already exists")
-        elif isinstance(record, RemoteLogSegmentMetadataUpdate):
-            if record.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-                raise ValueError("an update cannot move a segment to COPY_SEGMENT_STARTED")
-            current = self.segment(record.segment_id)
-            if current is None:
-                raise RemoteResourceNotFoundError(f"no remote segment {record.segment_id.id} to update")
-            if not current.state.can_move_to(record.state):
-                raise InvalidStateTransitionError(
-                    f"segment {record.segment_id.id}: {current.state.name} -> {record.state.name} is not allowed"
-                )
-        elif isinstance(record, RemotePartitionDeleteMetadata):
-            state = self.partitions.get(record.topic_id_partition)
-            current = state.delete_state if state is not None else None
-            if record.state not in _PARTITION_DELETE_TRANSITIONS[current]:
-                source = current.name if current is not None else "no delete state"
-                raise InvalidStateTransitionError(
-                    f"{record.topic_id_partition}: {source} -> {record.state.name} is not allowed"
-                )
-        elif isinstance(record, TopicTieringState):
-            current = self.topics.get(record.topic)
-            if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
-                raise InvalidStateTransitionError(
-                    f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
-        elif isinstance(record, RemoteLogStartOffset):
-            state = self.partitions.get(record.topic_id_partition)
-            if state is not None and record.log_start_offset < state.log_start_offset:
-                raise InvalidStateTransitionError(
-                    f"{record.topic_id_partition}: log start cannot move back from {state.log_start_offset} "
-                    f"to {record.log_start_offset}")
-        else:
-            raise TypeError(f"not remote log metadata: {type(record).__name__}")
-
-    # --- applying records (write path after persisting, and replay) ------------------------
-
-    def apply(self, record: RemoteLogMetadata) -> None:
-        """Apply a persisted record. Lenient: replay must not stop on one odd record."""
-        if isinstance(record, RemoteLogSegmentMetadata):
-            state = self.partition(record.topic_id_partition)
-            state.segments[record.segment_id] = record
-            state.changed()
-        elif isinstance(record, RemoteLogSegmentMetadataUpdate):
-            state = self.partition(record.segment_id.topic_id_partition)
-            current = state.segments.get(record.segment_id)
-            if current is None:
-                log.warning("metadata update for unknown segment %s ignored", record.segment_id.id)
-                return
-            if record.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
-                del state.segments[record.segment_id]
-            else:
-                state.segments[record.segment_id] = current.with_update(record)
-            state.changed()
-        elif isinstance(record, RemotePartitionDeleteMetadata):
-            state = self.partition(record.topic_id_partition)
-            state.delete_state = record.state
-            if record.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
-                state.segments.clear()
-                state.changed()
-        elif isinstance(record, TopicTieringState):
-            self.topics[record.topic] = record
-        elif isinstance(record, RemoteLogStartOffset):
-            state = self.partition(record.topic_id_partition)
-            state.log_start_offset = max(state.log_start_offset, record.log_start_offset)
-
-    def snapshot_records(self) -> Iterator[RemoteLogMetadata]:
-        """Records that rebuild this state when applied in order (for compaction/snapshots)."""
-        for _, topic in sorted(self.topics.items()):
-            yield topic
-        for tp, state in sorted(self.partitions.items()):
-            yield from sorted(state.segments.values(), key=lambda s: (s.start_offset, s.segment_id.id))
-            if state.delete_state is not None:
-                yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
-            if state.log_start_offset > 0:
-                yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
-
-    # --- queries ---------------------------------------------------------------------------
-
-    def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
-        state = self.partitions.get(segment_id.topic_id_partition)
-        return state.segments.get(segment_id) if state is not None else None
-
-    def finished(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        state = self.partitions.get(tp)
-        return state.finished() if state is not None else []
-
-    def readable_partitions(self) -> list[TopicIdPartition]:
-        """Partitions whose remote data clients may read: not being deleted, of the topic's
-        current incarnation (its id), and not disabled with the ``delete`` policy."""
-        readable = []
-        for tp, state in self.partitions.items():
-            if state.delete_state is not None:
-                continue
-            topic = self.topics.get(tp.topic)
-            if topic is not None and (topic.topic_id != tp.topic_id or not topic.remote_readable):
-                continue
-            readable.append(tp)
-        return sorted(readable)
-
-    def size_of_live_records(self) -> int:
-        return len(self.topics) + sum(
-            len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) for s in self.partitions.values())
 
 
 class RemoteLogMetadataManager(ABC):

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 from tiering.config import DEFAULT_METADATA_TOPIC, STORAGE_URI_CONFIG
-from tiering.metadata_file import JOURNAL_NAME, fsync_dir
+from tiering.metadata.journal_store import JOURNAL_NAME, fsync_dir
 
 log = logging.getLogger(__name__)
 

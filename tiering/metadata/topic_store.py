@@ -1,13 +1,13 @@
 """The topic-based remote log metadata store: KIP-405's ``__remote_log_metadata`` topic.
 
-Records (``tiering.metadata_codec``, Kafka's own framing) go to the metadata partition the user
+Records (``tiering.metadata.codec``, Kafka's own framing) go to the metadata partition the user
 partition hashes to (Kafka's partitioner rule), with a null key; the topic has 50 partitions and
 ``retention.ms=-1`` by default. Every instance consumes all metadata partitions on a background
 thread and applies each record through the one replay path (:meth:`MetadataState.apply`). A write
 is acknowledged by the brokers (acks=all), then waited for until this instance's consumer has
 applied it, so a caller reads its own writes and every record is applied once, in log order.
 
-Per metadata partition a snapshot file (the journal format of ``tiering.metadata_file``: the live
+Per metadata partition a snapshot file (the journal format of ``tiering.metadata.journal_store``: the live
 records of the user partitions that hash there, plus the next offset to read) is written
 atomically every ``snapshot_interval_s`` and on close; a restart loads the snapshots and reads
 only what came after them.
@@ -28,9 +28,10 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from protocol.errors import ProtocolError
-from tiering.metadata import RemoteLogMetadata, RemoteLogMetadataManager
-from tiering.metadata_codec import deserialize, metadata_partition, serialize
-from tiering.metadata_file import frame, fsync_dir, read_journal
+from tiering.metadata.codec import deserialize, metadata_partition, serialize
+from tiering.metadata.journal_store import frame, fsync_dir, read_journal
+from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.state import RemoteLogMetadata
 from tiering.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,

@@ -10,22 +10,14 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from tiering.metadata import MetadataState
-from tiering.metadata_file import JOURNAL_NAME, read_journal
+from tiering.config import DEFAULT_METADATA_TOPIC, require_uri
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
+from tiering.metadata.uri import METADATA_PARTITIONS_CONFIG, metadata_from_uri
 
 
 class StoreNotFoundError(FileNotFoundError):
     """The metadata store a URI names does not exist (no directory, no journal, no topic)."""
-
-
-def require_uri(text: str, setting: str, alternative: str = "") -> urllib.parse.SplitResult:
-    """``text`` split as a URI; a bare path is refused with the exact URI to use instead (the
-    stores take URIs so that a path and a topic or bucket can never be confused)."""
-    parts = urllib.parse.urlsplit(text)
-    if not parts.scheme:
-        raise ValueError(f"{setting}: {text!r} is a path, not a URI; use {Path(text).absolute().as_uri()}"
-                         + (f" (or {alternative})" if alternative else ""))
-    return parts
 
 
 def load_metadata(metadata_uri: str, bootstrap_servers: str | None = None,
@@ -39,8 +31,6 @@ def load_metadata(metadata_uri: str, bootstrap_servers: str | None = None,
         raise ValueError(f"--metadata {metadata_uri!r}: expected file:///ABSOLUTE/PATH or topic://NAME")
     if not bootstrap_servers:
         raise ValueError(f"metadata URI {metadata_uri!r}: a topic store needs bootstrap servers (cluster or proxy)")
-    from tiering.service import DEFAULT_METADATA_TOPIC, METADATA_PARTITIONS_CONFIG, metadata_from_uri
-
     topic = parts.netloc or parts.path.strip("/") or DEFAULT_METADATA_TOPIC
     # Opening a topic store creates the topic when it is missing: look first.
     partitions = _topic_partitions(bootstrap_servers, topic)

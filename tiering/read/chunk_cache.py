@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from tiering.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
-from tiering.storage import RemoteStorageManager
+from tiering.storage.api import RemoteStorageManager
 
 ChunkKey = tuple[RemoteLogSegmentId, int]
 

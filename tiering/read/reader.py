@@ -10,22 +10,19 @@ The aborted transactions a ``read_committed`` reader needs come from the transac
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
-from protocol.records import HEADER_SIZE, decode_records, iter_batches, read_header
-from protocol.remote_formats import (
-    AbortedTxn,
-    aborted_in_range,
-    decode_transaction_index,
-    lookup_offset_for_timestamp,
-    lookup_position,
-)
-from tiering.chunk_cache import ChunkCache
-from tiering.metadata import RemoteLogMetadataManager
+from protocol.record_batch import HEADER_SIZE, read_header
+from protocol.record_set import iter_batches
+from protocol.records import decode_records
+from protocol.remote_formats.offset_index import lookup_position
+from protocol.remote_formats.time_index import lookup_offset_for_timestamp
+from protocol.remote_formats.transaction_index import AbortedTxn, aborted_in_range, decode_transaction_index
+from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
-from tiering.storage import RemoteResourceNotFoundError, RemoteStorageManager
+from tiering.read.chunk_cache import ChunkCache
+from tiering.read.index_cache import IndexCache
+from tiering.storage.api import RemoteStorageManager
 
 # Bytes read past the indexed position in one go when looking for the batch holding an offset;
 # index entries are index.interval.bytes (4 KiB by default) apart, so one read usually suffices.
@@ -37,42 +34,6 @@ class RemoteRead:
     records: bytes
     next_offset: int  # the offset after the last returned batch
     aborted: list[AbortedTxn]
-
-
-class IndexCache:
-    """Segment indexes, least recently used first out, bounded in bytes
-    (``remote.log.index.file.cache.total.size.bytes``)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[object, IndexType], bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def get(self, rsm: RemoteStorageManager, segment: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
-        key = (segment.segment_id, kind)
-        with self._lock:
-            data = self._entries.get(key)
-            if data is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return data
-            self.misses += 1
-        try:
-            data = rsm.fetch_index(segment, kind)
-        except RemoteResourceNotFoundError:
-            if kind != IndexType.TRANSACTION:
-                raise
-            data = b""  # an empty transaction index is not stored
-        with self._lock:
-            if key not in self._entries and len(data) <= self.max_bytes:
-                self._entries[key] = data
-                self._size += len(data)
-                while self._size > self.max_bytes:
-                    _, old = self._entries.popitem(last=False)
-                    self._size -= len(old)
-        return data
 
 
 class RemoteReader:

@@ -24,7 +24,7 @@ def spark_session(master: str, app_name: str = "tiered-proxy-backfill", **conf: 
     """A session whose executors run this interpreter, with the data source registered."""
     from pyspark.sql import SparkSession
 
-    from tiering.spark_source import TieredKafkaDataSource
+    from tiering.spark.source import TieredKafkaDataSource
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name).config("spark.sql.session.timeZone", "UTC")

@@ -14,14 +14,10 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from protocol.records import (
-    BatchHeader,
-    ControlType,
-    TimestampType,
-    decode_control_record,
-    decode_records,
-    iter_batches,
-)
+from protocol.control_records import ControlType, decode_control_record
+from protocol.record_batch import BatchHeader, TimestampType
+from protocol.record_set import iter_batches
+from protocol.records import decode_records
 
 BASE_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS_DDL = "headers array<struct<key: string, value: binary>>"

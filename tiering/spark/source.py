@@ -41,14 +41,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from protocol.records import iter_batches
-from protocol.remote_formats import decode_offset_index, decode_transaction_index
+from protocol.record_set import iter_batches
+from protocol.remote_formats.offset_index import decode_offset_index
+from protocol.remote_formats.transaction_index import decode_transaction_index
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
-from tiering.kafka_rows import NO_END, AbortedTransactions, RowBuilder, batches_to_rows, spark_ddl
-from tiering.metadata import MetadataState
-from tiering.metadata_view import load_metadata
+from tiering.metadata.state import MetadataState
+from tiering.metadata.view import load_metadata
 from tiering.model import IndexType, RemoteLogSegmentMetadata
-from tiering.storage import RemoteResourceNotFoundError, storage_from_uri
+from tiering.spark.rows import NO_END, AbortedTransactions, RowBuilder, batches_to_rows, spark_ddl
+from tiering.storage.api import RemoteResourceNotFoundError
+from tiering.storage.uri import storage_from_uri
 
 SOURCE_NAME = "tiered-kafka"
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20

@@ -1,0 +1,141 @@
+"""Segments as files under a local folder (``file:///path`` URIs): :class:`LocalFolderStorage`."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tiering.storage.api import (
+    DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from tiering.storage.object_layout import ObjectStorage
+
+_RETRIABLE_ERRNOS = frozenset(
+    {errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOSPC, errno.EDQUOT, errno.ETIMEDOUT, errno.ENOMEM}
+)
+
+
+@contextmanager
+def _os_errors(what: str, key: str, *, reading: bool = True) -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError as e:
+        if reading:
+            raise RemoteResourceNotFoundError(f"{what}: {key} not found") from None
+        # A missing directory while writing means the root vanished: not a missing segment.
+        raise RemoteStorageError(f"{what} {key}: {e}") from e
+    except OSError as e:
+        raise RemoteStorageError(f"{what} {key}: {e}", retriable=e.errno in _RETRIABLE_ERRNOS) from e
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes renames and unlinks in the directory durable.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalFolderStorage(ObjectStorage):
+    """Segments as files under ``root`` (``file:///path`` URIs): for tests, single-node setups, and
+    shared file systems. Returns no custom metadata.
+
+    Each object is written to a temporary file (``.<name>.<random>.tmp``) in its final directory,
+    fsynced, then renamed into place with ``os.replace`` and the directory fsynced, so a crash never
+    leaves a partial object under a final name (at worst a stray temporary file).
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        prefix: str = "",
+        *,
+        custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+    ) -> None:
+        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes)
+        self.root = Path(root)
+        if not self.root.is_absolute():
+            raise ValueError(f"local storage root must be an absolute path, got {str(root)!r}")
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_of(self, key: str) -> Path:
+        return self.root / key
+
+    def _put(self, key: str, body: bytes | memoryview) -> None:
+        path = self.path_of(key)
+        with _os_errors("write", key, reading=False):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                try:
+                    view = memoryview(body)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
+            except BaseException:
+                with _suppress_os_errors():
+                    os.unlink(tmp)
+                raise
+            # Every rename is made durable before the next object is written, so the .log (written
+            # last) can never survive a crash that loses an index's rename.
+            _fsync_dir(path.parent)
+
+    def _get(self, key: str) -> bytes:
+        with _os_errors("read", key):
+            return self.path_of(key).read_bytes()
+
+    def _get_range(self, key: str, start: int, end: int | None) -> bytes:
+        with _os_errors("read", key):
+            fd = os.open(self.path_of(key), os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                stop = size if end is None else min(end + 1, size)
+                chunks: list[bytes] = []
+                position = start
+                while position < stop:
+                    chunk = os.pread(fd, stop - position, position)
+                    if not chunk:  # truncated underneath us; return what exists
+                        break
+                    chunks.append(chunk)
+                    position += len(chunk)
+                return b"".join(chunks)
+            finally:
+                os.close(fd)
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        directories: set[Path] = set()
+        for key in keys:
+            path = self.path_of(key)
+            with _os_errors("delete", key, reading=False):
+                # A write killed before its rename leaves a temporary file; it goes too.
+                for stray in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+                    stray.unlink(missing_ok=True)
+                    directories.add(path.parent)
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+            directories.add(path.parent)
+        for directory in directories:
+            with _os_errors("sync", str(directory), reading=False):
+                _fsync_dir(directory)
+
+
+@contextmanager
+def _suppress_os_errors() -> Iterator[None]:
+    try:
+        yield
+    except OSError:
+        pass
+
