@@ -11,8 +11,8 @@ from pathlib import Path
 
 import trio
 
-from proxy.config import ConfigError, ProxyConfig, load_properties
-from proxy.config_keys import check_keys
+from proxy.command_line_config import config_from_args
+from proxy.filters import build_chain
 from proxy.log_format import configure as configure_logging
 from proxy.server import Proxy
 from tiering.service import TieringService
@@ -116,35 +116,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace, extra: dict[str, str] | None = None) -> ProxyConfig:
-    props: dict[str, str] = {}
-    if args.config:
-        props.update(load_properties(args.config))
-    props.update(extra or {})
-    if getattr(args, "bootstrap_servers", None):
-        props["bootstrap.servers"] = args.bootstrap_servers
-    if getattr(args, "listen", None):
-        props["listeners"] = args.listen
-    if getattr(args, "remote", None):
-        props["remote.log.storage.uri"] = args.remote
-    if getattr(args, "metadata", None):
-        props["remote.log.metadata.uri"] = args.metadata
-    if getattr(args, "data_dir", None) and args.command == "serve":
-        props["proxy.data.dir"] = str(args.data_dir.resolve())
-    if getattr(args, "tier_all_topics", False):
-        props["proxy.tier.all.topics"] = "true"
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        props[key.strip()] = value.strip()
-    # Before parsing: a misspelled key's suggestion is the useful line when parsing then fails
-    # for the want of the key it was meant to be.
-    strict = getattr(args, "strict_config", False) or props.get("proxy.config.strict", "").strip().lower() == "true"
-    check_keys(props, strict=strict)
-    return ProxyConfig.from_properties(props)
-
-
 async def _serve_until_signal(proxy: Proxy) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -166,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             config = config_from_args(args)
             tiering = TieringService.from_properties(config.bootstrap, config.extra)
-            trio.run(_serve_until_signal, Proxy(config, tiering))
+            proxy = Proxy(config, build_chain(config, tiering), [tiering] if tiering is not None else [])
+            trio.run(_serve_until_signal, proxy)
             return 0
         if args.command == "describe":
             from proxy.describe import DescribeError, describe, format_rows
@@ -189,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 0
         if args.command == "backfill":
-            from tiering.spark_backfill import backfill, spark_session
+            from tiering.spark.backfill import backfill, spark_session
 
             options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": args.topic,
                        "remote.log.storage.uri": args.remote, "remote.log.metadata.uri": args.metadata,

@@ -14,8 +14,11 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from proxy.config import ConfigError
-from tiering import service, storage
+from tiering import service
 from tiering.config import TieringConfig
+from tiering.metadata import uri as metadata_uri
+from tiering.storage import api as storage_api
+from tiering.storage import uri as storage_uri
 
 log = logging.getLogger("tiered-proxy")
 
@@ -37,7 +40,7 @@ PROXY_KEYS = (
     "proxy.config.strict",
 )
 
-# proxy/tiered_reads.py: TieredReads (remote reads, fetch sessions)
+# proxy/filters/tiered_reads.py and fetch_sessions.py: remote reads, fetch sessions
 TIERED_READ_KEYS = (
     "remote.log.index.file.cache.total.size.bytes",
     "remote.log.chunk.cache.size.bytes",
@@ -74,23 +77,23 @@ SERVICE_KEYS = (
     service.DATA_DIR_CONFIG,
     service.STORAGE_URI_CONFIG,
     service.METADATA_URI_CONFIG,
-    service.METADATA_PARTITIONS_CONFIG,
-    service.METADATA_REPLICATION_CONFIG,
+    metadata_uri.METADATA_PARTITIONS_CONFIG,
+    metadata_uri.METADATA_REPLICATION_CONFIG,
     service.OWNERSHIP_CONFIG,
     service.GROUP_ID_CONFIG,
     service.GROUP_SESSION_TIMEOUT_CONFIG,
 )
 
-# tiering/storage.py: storage_from_uri (the S3 store's own keys, and KIP-917's bound)
+# tiering/storage/uri.py and api.py: storage_from_uri (the S3 store's own keys, and KIP-917's bound)
 STORAGE_KEYS = (
-    storage.CUSTOM_METADATA_MAX_BYTES_CONFIG,
-    storage.S3_ENDPOINT_URL_CONFIG,
-    storage.S3_REGION_CONFIG,
-    storage.S3_MAX_ATTEMPTS_CONFIG,
-    storage.S3_MULTIPART_THRESHOLD_CONFIG,
-    storage.S3_PART_SIZE_CONFIG,
-    storage.S3_ACCESS_KEY_ID_CONFIG,
-    storage.S3_SECRET_ACCESS_KEY_CONFIG,
+    storage_api.CUSTOM_METADATA_MAX_BYTES_CONFIG,
+    storage_uri.S3_ENDPOINT_URL_CONFIG,
+    storage_uri.S3_REGION_CONFIG,
+    storage_uri.S3_MAX_ATTEMPTS_CONFIG,
+    storage_uri.S3_MULTIPART_THRESHOLD_CONFIG,
+    storage_uri.S3_PART_SIZE_CONFIG,
+    storage_uri.S3_ACCESS_KEY_ID_CONFIG,
+    storage_uri.S3_SECRET_ACCESS_KEY_CONFIG,
 )
 
 # tiering/config.py: TieringConfig (proxy-wide tiering defaults under Kafka's broker names)

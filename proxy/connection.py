@@ -12,32 +12,38 @@ import collections
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from protocol.apis import API_VERSIONS, PRODUCE, Api, all_apis
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.headers import (
-    RequestHeader,
-    decode_request_header,
-    decode_response_header,
-    encode_response_header,
-    peek_request,
-)
-from protocol.schema import read_uvarint
-from proxy.addressing import REWRITERS
+from protocol.headers import decode_request_header, encode_response_header, peek_request
+from protocol.varint import read_uvarint
+from proxy.chain import Answer, CoreMetrics, Filter, Message, RequestContext
+from proxy.config import ProxyConfig
 from proxy.framing import FrameError, FrameStream
 from proxy.upstream import BrokerVersions, UpstreamError
-
-if TYPE_CHECKING:
-    from proxy.server import Proxy
 
 log = logging.getLogger(__name__)
 
 _I16 = struct.Struct(">h")
+
+
+class Server(Protocol):
+    """What a connection needs of the server that accepted it."""
+
+    config: ProxyConfig
+    metrics: CoreMetrics
+    filters_for: Mapping[int, tuple[Filter, ...]]  # API key -> its filters, in chain order
+
+    async def connect_upstream(self, node_id: int | None) -> tuple[FrameStream, BrokerVersions]: ...
+
+    def negotiate(self, versions: BrokerVersions) -> dict[int, tuple[int, int]]: ...
+
+    def request_done(self, api_key: int, outcome: str, seconds: float) -> None: ...
 
 
 class Slot:
@@ -47,7 +53,7 @@ class Slot:
 
     def __init__(self, api_key: int, version: int) -> None:
         self.done = trio.Event()
-        self.payload: bytes | bytearray | None = None  # None: nothing goes back to the client
+        self.payload: bytes | bytearray | memoryview | None = None  # None: nothing goes back to the client
         self.api_key = api_key
         self.version = version
         self.started = time.perf_counter()
@@ -55,38 +61,16 @@ class Slot:
         # the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0)
         self.outcome = "forwarded"
 
-    def resolve(self, payload: bytes | bytearray | None) -> None:
+    def resolve(self, payload: bytes | bytearray | memoryview | None) -> None:
         self.payload = payload
         self.done.set()
-
-
-ResponseHook = Callable[[memoryview, int], Awaitable[bytes | bytearray | memoryview]]
-
-
-@dataclass
-class Request:
-    """A client request, decoded once (and so checked against its schema) for the request hooks
-    and validation alike. ``message`` is the hook's to change; ``frame`` is what arrived."""
-
-    frame: memoryview
-    header: RequestHeader
-    body_at: int
-    message: dict[str, Any]
-
-
-@dataclass
-class Forward:
-    """A request hook's decision: send ``frame`` upstream and rewrite the answer with ``hook``."""
-
-    frame: bytes | memoryview
-    hook: ResponseHook
 
 
 @dataclass
 class Pending:
     correlation_id: int
     slot: Slot | None  # None: acks=0 produce, whose broker response (if any) is dropped
-    hook: ResponseHook | None
+    ctx: RequestContext | None  # with response hooks: the filters that asked to see the answer
 
 
 def produce_acks(body: memoryview, flexible: bool) -> int:
@@ -106,7 +90,7 @@ def produce_acks(body: memoryview, flexible: bool) -> int:
 
 
 class ClientConnection:
-    def __init__(self, proxy: Proxy, stream: trio.SocketStream | trio.SSLStream, node_id: int | None) -> None:
+    def __init__(self, proxy: Server, stream: trio.SocketStream | trio.SSLStream, node_id: int | None) -> None:
         self.proxy = proxy
         self.client = FrameStream(stream, proxy.config.socket_request_max_bytes)
         self.node_id = node_id  # None: the bootstrap listener
@@ -183,82 +167,71 @@ class ClientConnection:
 
     async def _response_loop(self) -> None:
         metrics = self.proxy.metrics
-        prometheus = self.proxy.prometheus
         async for slot in self._slots_out:
             await slot.done.wait()
             if slot.payload is not None:
                 await self.client.write_frame(slot.payload)
                 metrics.bytes_out += len(slot.payload) + 4
-            metrics.outcomes[(slot.api_key, slot.outcome)] += 1
-            if prometheus is not None:
-                prometheus.observe(slot.api_key, time.perf_counter() - slot.started)
+            self.proxy.request_done(slot.api_key, slot.outcome, time.perf_counter() - slot.started)
         self._drained.set()
 
     async def _handle(self, frame: bytes | bytearray) -> None:
         view = memoryview(frame)
         api_key, version, corr = peek_request(view)
-        self.proxy.metrics.count_request(api_key)
         slot = Slot(api_key, version)
         await self._slots_in.send(slot)
         spec = all_apis().get(api_key)
         if spec is None:
             raise ProtocolError(f"unknown API key {api_key} (correlation id {corr})")
+        await self._ensure_upstream()
         if api_key == API_VERSIONS:
-            await self._ensure_upstream()
             slot.outcome = "local"
             slot.resolve(self._answer_api_versions(spec, version, corr))
             return
-        await self._ensure_upstream()
         low_high = self.allowed.get(api_key)
         if low_high is None or not low_high[0] <= version <= low_high[1]:
             slot.outcome = "unsupported"
             slot.resolve(self._unsupported_version(spec, version, corr, low_high))
             return
-        header, body_at = decode_request_header(view, spec.request_header_version(version))
-        hook = self.proxy.request_hook(api_key)
-        if hook is not None or self.proxy.config.validate_requests:
-            # Every request must parse against Kafka's schema before a broker sees it: some
-            # brokers (noida-db) crash on a truncated array. Raises ProtocolError: this
-            # connection closes with one log line. Record sets stay undecoded (zero-copy).
-            request = Request(view, header, body_at, spec.request_codec(version).decode(view[body_at:]))
-        if hook is not None:
-            answer = await hook(self, spec, version, corr, request)
-            if isinstance(answer, Forward):
+        filters = self.proxy.filters_for.get(api_key, ())
+        out: bytes | memoryview = view  # what goes upstream
+        hooked: RequestContext | None = None  # when filters asked to see the answer
+        body_at = -1
+        if filters:
+            header, body_at = decode_request_header(view, spec.request_header_version(version))
+            codec = spec.request_codec(version)
+            assert self.versions is not None
+            ctx = RequestContext(spec, version, corr, header, Message(view, body_at, codec.decode, codec.encode),
+                                 self.node_id, self.peer, self.versions.ranges)
+            for f in filters:
+                answer = await f.on_request(ctx)
+                if isinstance(answer, Answer):
+                    slot.outcome = "local"
+                    slot.resolve(answer.frame)
+                    return
+            if ctx.request.is_changed or ctx.response_hooks or ctx.translated:
                 slot.outcome = "rewritten"
-                self._pending.append(Pending(corr, slot, answer.hook))
-                await self.upstream.write_frame(answer.frame)  # type: ignore[union-attr]
-                return
-            if answer is not None:
-                slot.outcome = "local"
-                slot.resolve(answer)
-                return
+            out = ctx.upstream_frame()
+            hooked = ctx if ctx.response_hooks or ctx.translated else None
         if api_key == PRODUCE:
+            if body_at < 0:
+                body_at = decode_request_header(view, spec.request_header_version(version))[1]
             if produce_acks(view[body_at:], spec.request.is_flexible(version)) == 0:
                 slot.outcome = "no_response"
                 slot.resolve(None)
                 self._pending.append(Pending(corr, None, None))
-                await self.upstream.write_frame(view)  # type: ignore[union-attr]
+                await self.upstream.write_frame(out)  # type: ignore[union-attr]
                 return
-        self._pending.append(Pending(corr, slot, self._response_rewriter(spec, version)))
-        await self.upstream.write_frame(view)  # type: ignore[union-attr]
+        self._pending.append(Pending(corr, slot, hooked))
+        await self.upstream.write_frame(out)  # type: ignore[union-attr]
 
-    def _response_rewriter(self, spec: Api, version: int) -> ResponseHook | None:
-        entry = REWRITERS.get(spec.key)
-        if entry is None or version < entry[0]:
-            return None
-        rewrite = entry[1]
-        codec = spec.response_codec(version)
-        header_version = spec.response_header_version(version)
-
-        async def hook(frame: memoryview, _corr: int) -> bytes | memoryview:
-            _, pos = decode_response_header(frame, header_version)
-            msg = codec.decode(frame[pos:])
-            if not rewrite(msg, version, self.proxy.advertise):
-                return frame
-            await self.proxy.ensure_listeners()
-            return bytes(frame[:pos]) + codec.encode(msg)
-
-        return hook
+    @staticmethod
+    async def _respond_through(ctx: RequestContext, frame: memoryview) -> bytes | memoryview:
+        """The broker's answer through the hooks of the filters that asked, last filter first."""
+        response = ctx.response_message(frame)
+        for hook in reversed(ctx.response_hooks):
+            await hook(ctx, response)
+        return response.to_frame()
 
     def _answer_api_versions(self, spec: Api, version: int, corr: int) -> bytes:
         assert self.versions is not None
@@ -330,8 +303,8 @@ class ClientConnection:
             entry = pending.popleft()
             if entry.slot is None:
                 continue  # acks=0: the client expects nothing
-            if entry.hook is not None:
-                entry.slot.resolve(await entry.hook(view, corr))
+            if entry.ctx is not None:
+                entry.slot.resolve(await self._respond_through(entry.ctx, view))
             else:
                 entry.slot.resolve(frame)
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import trio
 
-from proxy.cli import config_from_args
+from proxy.command_line_config import config_from_args
 from proxy.describe import PartitionRow, describe
 from proxy.embedded_broker import start_broker
+from proxy.filters import build_chain
+from proxy.filters.tiered_reads import TieredReads
 from proxy.server import Proxy
 from tiering.service import TieringService
 
@@ -203,7 +205,7 @@ async def _demo(args: argparse.Namespace, data_dir: Path) -> int:
         tiering = TieringService.from_properties(config.bootstrap, config.extra)
         if tiering is None:
             raise ValueError("the demo needs tiering: remove remote.log.storage.system.enable=false")
-        proxy = Proxy(config, tiering)
+        proxy = Proxy(config, build_chain(config, tiering), [tiering])
         outcome = 0
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.run)
@@ -252,9 +254,10 @@ async def _show(args: argparse.Namespace, proxy: Proxy, tiering: TieringService,
     _say("\n3. Reading the whole history from offset 0 through the proxy:")
     reads = await trio.to_thread.run_sync(read_history, bootstrap, rows, remote_below, abandon_on_cancel=True)
     show_proof(rows, reads, broker_trims)
-    if proxy.tiered_reads is not None:
-        _say(f"  the proxy's own count: {proxy.tiered_reads.remote_fetch_bytes} bytes served from "
-             f"the remote tier in {proxy.tiered_reads.remote_fetches} remote reads")
+    reads = proxy.find(TieredReads)
+    if isinstance(reads, TieredReads):
+        _say(f"  the proxy's own count: {reads.remote_fetch_bytes} bytes served from "
+             f"the remote tier in {reads.remote_fetches} remote reads")
     show_commands(bootstrap, tiering.metadata_uri)
     return 0
 

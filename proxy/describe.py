@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.apis import LIST_OFFSETS, METADATA
+from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA
 from protocol.errors import ErrorCode
-from proxy.topic_admin import DESCRIBE_LOG_DIRS, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
+from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
 from tiering.broker_client import BrokerClient, BrokerClientError
 
 LIST_OFFSETS_VERSION = 9  # the first with LATEST_TIERED; the proxy offers it whatever the broker
@@ -157,7 +157,7 @@ def _remote_log_dir(client: BrokerClient, node: int,
     answer = client.request(node, DESCRIBE_LOG_DIRS, min(versions[1], 4), {"topics": None})
     if answer.get("error_code", ErrorCode.NONE) != ErrorCode.NONE:
         raise DescribeError(f"DescribeLogDirs: {_error_name(answer['error_code'])}")
-    remote_dirs = [r for r in answer["results"] if r["log_dir"].startswith("remote:")]
+    remote_dirs = [r for r in answer["results"] if r["log_dir"].startswith(REMOTE_LOG_DIR_PREFIX)]
     if not remote_dirs:
         raise _not_the_proxy(bootstrap)
     found: dict[tuple[str, int | None], tuple[str, int, int, int]] = {}

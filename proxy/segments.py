@@ -5,9 +5,10 @@ proxy), or replays the metadata topic."""
 
 from __future__ import annotations
 
-from tiering.metadata_view import load_metadata
+from tiering.metadata.view import load_metadata
 from tiering.model import RemoteLogSegmentMetadata, TopicIdPartition
-from tiering.storage import RemoteStorageError, S3SegmentLocation
+from tiering.storage.api import RemoteStorageError
+from tiering.storage.s3_location import S3SegmentLocation
 
 
 def custom_metadata_text(blob: bytes | None) -> str:

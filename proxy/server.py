@@ -1,23 +1,22 @@
-"""The proxy server: a bootstrap listener plus one listener per upstream broker."""
+"""The proxy core's server: a bootstrap listener plus one listener per upstream broker, the
+upstream view of the cluster, ApiVersions negotiation, and the filter chain it hands requests to
+(``proxy/chain.py``). It knows no feature: the chain and the services (e.g. the tiering service)
+are given to it, built from configuration by ``proxy/filters``."""
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
-from protocol.apis import METADATA, Api, all_apis
+from protocol.apis import METADATA, all_apis
+from proxy.chain import CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
-from proxy.connection import ClientConnection, Forward, Request
+from proxy.connection import ClientConnection
 from proxy.framing import FrameStream
-from proxy.prometheus import PrometheusEndpoint
-from proxy.tiered_reads import TieredReads
 from proxy.tls import server_context
-from proxy.topic_admin import TopicAdmin
 from proxy.upstream import (
     BrokerVersions,
     ClusterView,
@@ -27,53 +26,48 @@ from proxy.upstream import (
     probe_api_versions,
 )
 from tiering.broker_tls import upstream_ssl_context
-from tiering.service import TieringService
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
-# A request hook may answer a request itself (returning the response frame), return None to let
-# it go upstream as it is, or return a Forward: send this frame upstream and pass the broker's
-# answer through this response hook. Tiered Fetch/ListOffsets and configs register hooks.
-RequestHook = Callable[[ClientConnection, Api, int, int, Request], Awaitable["bytes | Forward | None"]]
 
+class Service(Protocol):
+    """Work that runs beside the proxy for its whole life (the tiering service)."""
 
-@dataclass
-class Metrics:
-    connections_open: int = 0
-    connections_total: int = 0
-    protocol_errors: int = 0
-    upstream_errors: int = 0
-    requests: collections.Counter[int] = field(default_factory=collections.Counter)
-    outcomes: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
-    bytes_in: int = 0
-    bytes_out: int = 0
+    def start(self) -> None: ...
 
-    def count_request(self, api_key: int) -> None:
-        self.requests[api_key] += 1
+    def stop(self) -> None: ...
 
 
 class Proxy:
-    def __init__(self, config: ProxyConfig, tiering: TieringService | None = None) -> None:
+    def __init__(self, config: ProxyConfig, chain: list[Filter] | None = None,
+                 services: list[Service] | None = None) -> None:
         self.config = config
+        self.chain = list(chain or [])
+        self.services = list(services or [])
         self.cluster = ClusterView()
-        self.metrics = Metrics()
+        self.metrics = CoreMetrics()
         self.listen_ports: dict[int | None, int] = {}  # node id (None: bootstrap) -> bound port
         self._listener_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
-        self._hooks: dict[int, RequestHook] = {}
-        # Proxy-side capability overrides: API key -> highest version the proxy answers itself.
+        self._observers: list[RequestObserver] = []
+        # API key -> the filters that declare it, in chain order.
+        self.filters_for: dict[int, tuple[Filter, ...]] = collections.defaultdict(tuple)
+        for f in self.chain:
+            for key in f.apis & all_apis().keys():
+                self.filters_for[key] += (f,)
+        # Versions the chain answers itself, and caps below what the broker offers.
         self.version_overrides: dict[int, tuple[int, int]] = {}
-        # Highest version clients may use, below what the broker offers (e.g. Fetch by topic name).
         self.version_caps: dict[int, int] = {}
-        self.tiering = tiering  # started with the listeners, stopped when the proxy stops
-        self.tiered_reads = TieredReads(self, tiering, config.extra) if tiering is not None else None
-        self.topic_admin = TopicAdmin(self, tiering) if tiering is not None else None
-        self.prometheus = PrometheusEndpoint(self) if config.metrics_listen else None
+        for f in self.chain:
+            self.version_overrides.update(f.version_overrides)
+            for key, cap in f.version_caps.items():
+                self.version_caps[key] = min(cap, self.version_caps.get(key, cap))
         self.tls = server_context(config.extra) if config.listener_tls else None
         self.upstream_tls = upstream_ssl_context(config.extra)  # toward the brokers, or None
+
+    def find(self, kind: type[Filter]) -> Filter | None:
+        """The chain's filter of this kind, if configured (for entry points that report on it)."""
+        return next((f for f in self.chain if isinstance(f, kind)), None)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -87,8 +81,11 @@ class Proxy:
                 log.warning("no upstream broker answered at start (%s); will keep trying", e)
             await self.ensure_listeners()
             nursery.start_soon(self._metadata_refresher)
-            await self._start_tiering()
-            self._start_metrics()
+            nursery.start_soon(self._stop_on_exit)
+            for service in self.services:
+                service.start()
+            for f in self.chain:
+                f.start(self)
             log.info(
                 "proxy listening on %s:%d for upstream %s",
                 self.config.listen_host,
@@ -97,35 +94,15 @@ class Proxy:
             )
             task_status.started(self)
 
-    def _start_metrics(self) -> None:
-        if self.prometheus is None or self.config.metrics_listen is None:
-            return
-        host, port = self.config.metrics_listen
-        try:
-            bound = self.prometheus.start(host, port)
-        except OSError as e:
-            raise OSError(f"cannot serve metrics on {host}:{port} (proxy.metrics.listen): {e.strerror or e}") from None
-        log.info("Prometheus metrics on http://%s:%d/metrics", host, bound)
-
-    async def _start_tiering(self) -> None:
-        if self.tiering is None or self._nursery is None:
-            return
-        self.tiering.start()
-        self._nursery.start_soon(self._stop_tiering_on_exit)
-
-    async def _stop_tiering_on_exit(self) -> None:
+    async def _stop_on_exit(self) -> None:
         try:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                if self.prometheus is not None:
-                    self.prometheus.stop()
-                if self.tiered_reads is not None:
-                    self.tiered_reads.close()
-                if self.topic_admin is not None:
-                    self.topic_admin.close()
-                if self.tiering is not None:
-                    await trio.to_thread.run_sync(self.tiering.stop)
+                for f in reversed(self.chain):
+                    f.close()
+                for service in reversed(self.services):
+                    await trio.to_thread.run_sync(service.stop)
 
     def stop(self) -> None:
         if self._nursery is not None:
@@ -134,6 +111,14 @@ class Proxy:
     @property
     def bootstrap_address(self) -> str:
         return f"{self.config.advertised}:{self.listen_ports[None]}"
+
+    def on_request_done(self, observer: RequestObserver) -> None:
+        self._observers.append(observer)
+
+    def request_done(self, api_key: int, outcome: str, seconds: float) -> None:
+        self.metrics.outcomes[(api_key, outcome)] += 1
+        for observer in self._observers:
+            observer(api_key, outcome, seconds)
 
     # -- listeners -----------------------------------------------------------------------------
 
@@ -239,11 +224,3 @@ class Proxy:
                 await self.refresh_metadata()
             except (UpstreamError, OSError) as e:
                 log.warning("metadata refresh failed: %s", e)
-
-    # -- hooks ---------------------------------------------------------------------------------
-
-    def register_hook(self, api_key: int, hook: RequestHook) -> None:
-        self._hooks[api_key] = hook
-
-    def request_hook(self, api_key: int) -> RequestHook | None:
-        return self._hooks.get(api_key)

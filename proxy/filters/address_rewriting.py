@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.apis import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from proxy.chain import Answer, Core, Filter, Message, RequestContext
 
 # (node_id, real host, real port, rack) -> (advertised host, advertised port)
 Advertise = Callable[[int, str, int, str | None], tuple[str, int]]
@@ -62,3 +63,29 @@ REWRITERS: dict[int, tuple[int, Callable[[dict[str, Any], int, Advertise], bool]
     PRODUCE: (10, rewrite_node_endpoints),
     FETCH: (16, rewrite_node_endpoints),
 }
+
+
+class AddressRewriting(Filter):
+    """Puts the proxy's listeners into every answer that names a broker."""
+
+    name = "address-rewriting"
+    apis = frozenset(REWRITERS)
+
+    def __init__(self) -> None:
+        self.core: Core | None = None
+
+    def start(self, core: Core) -> None:
+        self.core = core
+
+    async def on_request(self, ctx: RequestContext) -> Answer | None:
+        first_version, _ = REWRITERS[ctx.api.key]
+        if ctx.version >= first_version:
+            ctx.on_response(self._rewrite)
+        return None
+
+    async def _rewrite(self, ctx: RequestContext, response: Message) -> None:
+        assert self.core is not None
+        _, rewrite = REWRITERS[ctx.api.key]
+        if rewrite(response.body, ctx.version, self.core.advertise):
+            response.changed()
+            await self.core.ensure_listeners()  # a broker the proxy had not seen gets its port now

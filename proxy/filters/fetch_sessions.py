@@ -14,13 +14,18 @@ one (and fetches without a session), anything else must be the session's next ep
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.apis import FETCH
 from protocol.errors import ErrorCode
+from proxy.chain import Answer, Filter, Message, RequestContext
+
+log = logging.getLogger(__name__)
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -197,3 +202,50 @@ def upstream_topics(partitions: list[tuple[PartitionKey, dict[str, Any]]], topic
     for (topic, _), p in partitions:
         topics.setdefault(topic, []).append(p)
     return [{topic_field: topic, "partitions": ps} for topic, ps in topics.items()]
+
+
+def _int(props: Mapping[str, str], key: str, default: int) -> int:
+    value = props.get(key)
+    return int(value) if value not in (None, "") else default
+
+
+class FetchSessions(Filter):
+    """Ends clients' fetch sessions at the proxy: a session's Fetch goes upstream as a sessionless
+    full fetch of every partition in the session (the filters after this one see every fetch
+    offset), and the answer is cut back to what the session's client must be told."""
+
+    name = "fetch-sessions"
+    apis = frozenset({FETCH})
+
+    def __init__(self, props: Mapping[str, str]) -> None:
+        self.sessions = FetchSessionCache(_int(props, "max.incremental.fetch.session.cache.slots", 1000),
+                                          _int(props, "min.incremental.fetch.session.eviction.ms", 120_000))
+
+    async def on_request(self, ctx: RequestContext) -> Answer | None:
+        version, request = ctx.version, ctx.request.body
+        if version < 7 or (request["session_id"] == NO_SESSION and request["session_epoch"] == FINAL_EPOCH):
+            return None  # no session
+        replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
+        if replica >= 0:
+            return None  # replication traffic keeps the brokers' own sessions
+        topic_field = "topic_id" if version >= 13 else "topic"
+        try:
+            context = self.sessions.context(ctx.node_id, request, topic_field)
+        except FetchSessionError as e:
+            log.info("client %s: %s: %s", ctx.peer, e.code.name, e)
+            body = ctx.api.response_codec(version).default()
+            body["error_code"] = e.code
+            return ctx.answer(body)
+        request["session_id"], request["session_epoch"] = NO_SESSION, FINAL_EPOCH
+        request["forgotten_topics_data"] = []
+        request["topics"] = upstream_topics(context.partitions, topic_field)
+        ctx.request.changed()
+
+        async def shape(ctx: RequestContext, response: Message) -> None:
+            if response.body.get("error_code", 0) != ErrorCode.NONE:
+                return  # session id 0: the client starts over, as after a broker error
+            context.shape_response(response.body, topic_field)
+            response.changed()
+
+        ctx.on_response(shape)
+        return None

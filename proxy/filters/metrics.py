@@ -1,5 +1,7 @@
-"""The Prometheus endpoint (``proxy.metrics.listen=HOST:PORT``): KIP-405/KIP-930/KIP-963 remote
-storage metrics under Kafka's names, and the proxy's own.
+"""The metrics filter: the Prometheus endpoint (``proxy.metrics.listen=HOST:PORT``) with
+KIP-405/KIP-930/KIP-963 remote storage metrics under Kafka's names, and the proxy's own. It
+declares no API: it observes every request's outcome and latency through the core, and reads the
+counters the core, the tiering service and the tiered-reads filter keep anyway.
 
 Kafka's JMX names become Prometheus names the way the common JMX exporter rules spell them:
 ``kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec,topic=T`` is
@@ -11,54 +13,49 @@ histogram.
 
 from __future__ import annotations
 
-import collections
-import threading
+import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protocol.apis import all_apis
+from proxy.chain import Core, CoreMetrics, Filter
+from tiering.service import TieringService
 
-if TYPE_CHECKING:
-    from proxy.server import Proxy
+log = logging.getLogger(__name__)
 
 TOPIC_METRICS = "kafka_server_brokertopicmetrics_"
 # Seconds; proxy answers range from microseconds (local) to the remote read timeout.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class TopicCounters:
-    """Per-topic counters, thread-safe (copier threads and the proxy's event loop add to them)."""
+class RemoteReadCounters(Protocol):
+    """What the tiered-reads filter counts (handed over by the chain builder)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    not_available: int
 
-    def add(self, topic: str, **deltas: int) -> None:
-        with self._lock:
-            counter = self._counts[topic]
-            for name, delta in deltas.items():
-                counter[name] += delta
+    @property
+    def by_topic(self) -> Any: ...  # .snapshot() -> {topic: {"requests"|"bytes"|"errors": n}}
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        with self._lock:
-            return {topic: dict(counter) for topic, counter in self._counts.items()}
+    def pool_state(self) -> tuple[int, int, int]: ...
 
 
 class ProxyCollector(Collector):
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
+    def __init__(self, core: CoreMetrics, tiering: TieringService | None, reads: RemoteReadCounters | None) -> None:
+        self.core = core
+        self.tiering = tiering
+        self.reads = reads
 
     def collect(self) -> Iterator:
         yield from self._proxy_metrics()
-        if self.proxy.tiering is not None:
+        if self.tiering is not None:
             yield from self._remote_metrics()
 
     def _proxy_metrics(self) -> Iterator:
-        m = self.proxy.metrics
+        m = self.core
         yield GaugeMetricFamily("tiered_proxy_connections", "Open client connections", value=m.connections_open)
         yield CounterMetricFamily("tiered_proxy_connections", "Client connections accepted", value=m.connections_total)
         yield CounterMetricFamily("tiered_proxy_protocol_errors", "Client connections closed for malformed requests",
@@ -75,9 +72,9 @@ class ProxyCollector(Collector):
         yield requests
 
     def _remote_metrics(self) -> Iterator:
-        tiering = self.proxy.tiering
+        tiering = self.tiering
         assert tiering is not None
-        reads = self.proxy.tiered_reads
+        reads = self.reads
         fetch = reads.by_topic.snapshot() if reads is not None else {}
         copy = tiering.manager.metrics.by_topic()
         for name, help_text, source, key in (
@@ -127,28 +124,39 @@ class ProxyCollector(Collector):
                                   value=totals["local_log_start_moves"])
 
 
-class PrometheusEndpoint:
-    def __init__(self, proxy: Proxy) -> None:
+class PrometheusMetrics(Filter):
+    name = "metrics"
+
+    def __init__(self, listen: tuple[str, int], tiering: TieringService | None,
+                 reads: RemoteReadCounters | None) -> None:
+        self.listen = listen
+        self.tiering = tiering
+        self.reads = reads
         self.registry = CollectorRegistry()
-        self.registry.register(ProxyCollector(proxy))
         self.latency = Histogram("tiered_proxy_request_latency_seconds",
                                  "From a request's arrival to its response being written, by API",
                                  ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._children: dict[int, object] = {}
+        self._children: dict[int, Any] = {}
         self._names = {key: spec.name for key, spec in all_apis().items()}
-        self.server = None
+        self.server: Any = None
 
-    def observe(self, api_key: int, seconds: float) -> None:
+    def start(self, core: Core) -> None:
+        self.registry.register(ProxyCollector(core.metrics, self.tiering, self.reads))
+        core.on_request_done(self.observe)
+        host, port = self.listen
+        try:
+            self.server, _ = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as e:
+            raise OSError(f"cannot serve metrics on {host}:{port} (proxy.metrics.listen): {e.strerror or e}") from None
+        log.info("Prometheus metrics on http://%s:%d/metrics", host, self.server.server_port)
+
+    def observe(self, api_key: int, outcome: str, seconds: float) -> None:
         child = self._children.get(api_key)
         if child is None:
             child = self._children[api_key] = self.latency.labels(self._names.get(api_key, str(api_key)))
-        child.observe(seconds)  # type: ignore[attr-defined]
+        child.observe(seconds)
 
-    def start(self, host: str, port: int) -> int:
-        self.server, _ = start_http_server(port, addr=host, registry=self.registry)
-        return self.server.server_port
-
-    def stop(self) -> None:
+    def close(self) -> None:
         if self.server is not None:
             self.server.shutdown()
             self.server = None

@@ -16,11 +16,11 @@ With ``proxy.fetch.routing.policy=remote-preferred`` every fetch offset the remo
 (``Rx <= o <= Ry``) is served from it, keeping cold reads off the brokers' disks; the broker is
 still asked for the partition (at an offset no log has) so that it authorizes the read.
 
-Fetch sessions (KIP-227) end at the proxy (``proxy/fetch_sessions.py``): clients keep their
-sessions with the proxy, and the broker is sent sessionless full fetches, so the proxy knows
-every partition's fetch offset on every request. Clients may use Fetch up to v15: topic names
-up to v12, topic ids from v13 (looked up among the tiered partitions' ids, which come from the
-brokers' Metadata).
+Fetch sessions (KIP-227) end at the proxy, in the filter before this one
+(``proxy/filters/fetch_sessions.py``): by the time a Fetch gets here it is a sessionless full
+fetch, so this filter sees every partition's fetch offset on every request. Clients may use Fetch
+up to v15: topic names up to v12, topic ids from v13 (looked up among the tiered partitions' ids,
+which come from the brokers' Metadata).
 
 ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
 broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
@@ -33,38 +33,21 @@ remote segments' leader-epoch data answers.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import logging
+import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, Api
+from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
-from protocol.headers import (
-    decode_response_header,
-    encode_request_header,
-    encode_response_header,
-)
-from proxy.connection import ClientConnection, Forward, Request
-from proxy.fetch_sessions import (
-    FINAL_EPOCH,
-    NO_SESSION,
-    FetchContext,
-    FetchSessionCache,
-    FetchSessionError,
-    PartitionKey,
-    upstream_topics,
-)
-from proxy.prometheus import TopicCounters
+from proxy.chain import Answer, Filter, Message, RequestContext
 from tiering.model import TopicIdPartition
-from tiering.reader import RemoteRead, RemoteReader
+from tiering.read.reader import RemoteRead, RemoteReader
 from tiering.service import TieringService
-from tiering.storage import RemoteStorageError
-
-if TYPE_CHECKING:
-    from proxy.server import Proxy
+from tiering.storage.api import RemoteStorageError
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +64,26 @@ FETCH_MAX_VERSION = 15
 _NO_SUCH_OFFSET = 1 << 62
 # The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
+# A partition as a Fetch of some version names it: (topic name, or topic id bytes from v13, partition).
+PartitionKey = tuple[str | bytes, int]
+
+
+class TopicCounters:
+    """Per-topic counters, thread-safe (worker threads and the proxy's event loop add to them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+
+    def add(self, topic: str, **deltas: int) -> None:
+        with self._lock:
+            counter = self._counts[topic]
+            for name, delta in deltas.items():
+                counter[name] += delta
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {topic: dict(counter) for topic, counter in self._counts.items()}
 
 
 def _int(props: Mapping[str, str], key: str, default: int) -> int:
@@ -88,8 +91,13 @@ def _int(props: Mapping[str, str], key: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-class TieredReads:
-    def __init__(self, proxy: Proxy, tiering: TieringService, props: Mapping[str, str]) -> None:
+class TieredReads(Filter):
+    name = "tiered-reads"
+    apis = frozenset({FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
+    version_caps = {FETCH: FETCH_MAX_VERSION}
+    version_overrides = {LIST_OFFSETS: (1, LIST_OFFSETS_MAX_VERSION)}
+
+    def __init__(self, tiering: TieringService, props: Mapping[str, str]) -> None:
         self.tiering = tiering
         self.reader = RemoteReader(tiering.metadata, tiering.storage,
                                    _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
@@ -108,13 +116,15 @@ class TieredReads:
         self.remote_preferred = policy == "remote-preferred"
         self.not_available_code = ErrorCode(_int(props, "proxy.tiered.storage.not.available.error.code",
                                                  TIERED_STORAGE_NOT_AVAILABLE_CODE))
-        self.sessions = FetchSessionCache(_int(props, "max.incremental.fetch.session.cache.slots", 1000),
-                                          _int(props, "min.incremental.fetch.session.eviction.ms", 120_000))
-        proxy.register_hook(FETCH, self.on_fetch)
-        proxy.register_hook(LIST_OFFSETS, self.on_list_offsets)
-        proxy.register_hook(OFFSET_FOR_LEADER_EPOCH, self.on_offset_for_leader_epoch)
-        proxy.version_caps[FETCH] = FETCH_MAX_VERSION
-        proxy.version_overrides[LIST_OFFSETS] = (1, LIST_OFFSETS_MAX_VERSION)
+
+    async def on_request(self, ctx: RequestContext) -> Answer | None:
+        if ctx.api.key == FETCH:
+            self.on_fetch(ctx)
+        elif ctx.api.key == LIST_OFFSETS:
+            self.on_list_offsets(ctx)
+        else:
+            self.on_offset_for_leader_epoch(ctx)
+        return None
 
     def pool_state(self) -> tuple[int, int, int]:
         """(remote reads waiting for a thread, threads busy, threads) of the reader pool."""
@@ -145,75 +155,52 @@ class TieredReads:
 
     # --- Fetch -----------------------------------------------------------------------------------
 
-    async def on_fetch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                       decoded: Request) -> bytes | Forward | None:
-        view, pos, request = decoded.frame, decoded.body_at, decoded.message
+    def on_fetch(self, ctx: RequestContext) -> None:
+        version, request = ctx.version, ctx.request.body
         replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
         if replica >= 0:
-            return None  # replication traffic is the brokers' business
+            return  # replication traffic is the brokers' business
         topic_field = "topic_id" if version >= 13 else "topic"
         tiered = self._tiered_by(topic_field)
-        context: FetchContext | None = None
-        partitions: list[tuple[PartitionKey, dict[str, Any]]] = [
-            ((t[topic_field], p["partition"]), p) for t in request["topics"] for p in t["partitions"]]
-        if version >= 7 and (request["session_id"] != NO_SESSION or request["session_epoch"] != FINAL_EPOCH):
-            try:
-                context = self.sessions.context(conn.node_id, request, topic_field)
-            except FetchSessionError as e:
-                log.info("client %s: %s: %s", conn.peer, e.code.name, e)
-                return self._fetch_error(spec, version, corr, e.code)
-            partitions = context.partitions
         wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]] = {}
         preferred: set[PartitionKey] = set()
-        for key, p in partitions:
-            tp = tiered.get(key)
-            if tp is not None:
-                wanted[key] = (tp, p["fetch_offset"], p["partition_max_bytes"])
-                if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]):
-                    preferred.add(key)
-        if context is None and not wanted:
-            return None  # a sessionless fetch of untiered partitions passes through untouched
-        frame: bytes | memoryview = view
-        if context is not None or preferred:
-            # Upstream, every request is a sessionless full fetch of the whole session. Partitions
-            # the remote tier will serve are asked at an offset no log has: the broker still
-            # checks the client may read them, and reads nothing from its disks.
-            request["session_id"], request["session_epoch"] = NO_SESSION, FINAL_EPOCH
-            request["forgotten_topics_data"] = []
-            request["topics"] = upstream_topics(
-                [(key, {**p, "fetch_offset": _NO_SUCH_OFFSET} if key in preferred else p)
-                 for key, p in partitions], topic_field)
-            frame = bytes(view[:pos]) + spec.request_codec(version).encode(request)
+        for t in request["topics"]:
+            for p in t["partitions"]:
+                key = (t[topic_field], p["partition"])
+                tp = tiered.get(key)
+                if tp is not None:
+                    wanted[key] = (tp, p["fetch_offset"], p["partition_max_bytes"])
+                    if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]):
+                        preferred.add(key)
+        if not wanted:
+            return  # no tiered partition: the broker's answer stands
+        if preferred:
+            # Partitions the remote tier will serve are asked at an offset no log has: the broker
+            # still checks the client may read them, and reads nothing from its disks. (Copies:
+            # the partition entries may be a fetch session's own.)
+            for t in request["topics"]:
+                t["partitions"] = [{**p, "fetch_offset": _NO_SUCH_OFFSET} if (t[topic_field], p["partition"]) in preferred
+                                   else p for p in t["partitions"]]
+            ctx.request.changed()
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
 
-        async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
-            return await self._rewrite_fetch(spec, version, response_frame, wanted, budget, read_committed,
-                                             context, preferred, topic_field)
+        async def rewrite(ctx: RequestContext, response: Message) -> None:
+            await self._rewrite_fetch(ctx.version, response, wanted, budget, read_committed, preferred, topic_field)
 
-        return Forward(frame, rewrite)
+        ctx.on_response(rewrite)
 
     def _remote_holds(self, tp: TopicIdPartition, offset: int) -> bool:
         rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
         return rx is not None and ry is not None and rx <= offset <= ry
 
-    @staticmethod
-    def _fetch_error(spec: Api, version: int, corr: int, code: ErrorCode) -> bytes:
-        codec = spec.response_codec(version)
-        body = codec.default()
-        body["error_code"] = code
-        return encode_response_header(corr, spec.response_header_version(version)) + codec.encode(body)
-
-    async def _rewrite_fetch(self, spec: Api, version: int, frame: memoryview,
+    async def _rewrite_fetch(self, version: int, message: Message,
                              wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]], budget: int,
-                             read_committed: bool, context: FetchContext | None,
-                             preferred: set[PartitionKey], topic_field: str) -> bytes | memoryview:
-        _, pos = decode_response_header(frame, spec.response_header_version(version))
-        codec = spec.response_codec(version)
-        response = codec.decode(frame[pos:])
+                             read_committed: bool, preferred: set[PartitionKey], topic_field: str) -> None:
+        response = message.body
         if response.get("error_code", 0) != ErrorCode.NONE:
-            return frame  # session id 0: a client in a session starts over, as after a broker error
-        changed = context is not None
+            return  # a top-level error: the whole answer stands
+        changed = False
         to_read: list[tuple[dict[str, Any], TopicIdPartition, int, int]] = []
         to_clean: list[tuple[TopicIdPartition, int, dict[str, Any]]] = []
         used = 0
@@ -288,11 +275,8 @@ class TieredReads:
                 self.remote_fetches += 1
                 self.remote_fetch_bytes += len(result.records)
                 self.by_topic.add(tp.topic, requests=1, bytes=len(result.records))
-        if not changed:
-            return frame
-        if context is not None:
-            context.shape_response(response, topic_field)
-        return bytes(frame[:pos]) + codec.encode(response)
+        if changed:
+            message.changed()
 
     def _drop_ended_transactions(self, tp: TopicIdPartition, offset: int, p: dict[str, Any]) -> bool:
         """Remove from a broker's answer the aborted transactions that ended before the fetch
@@ -308,13 +292,12 @@ class TieredReads:
 
     # --- ListOffsets -----------------------------------------------------------------------------
 
-    async def on_list_offsets(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                              decoded: Request) -> bytes | Forward | None:
+    def on_list_offsets(self, ctx: RequestContext) -> None:
+        version = ctx.version
         if version < 1:
-            return None
-        view, header, request = decoded.frame, decoded.header, decoded.message
-        assert conn.versions is not None
-        broker_max = conn.versions.ranges.get(LIST_OFFSETS, (0, 0))[1]
+            return
+        request = ctx.request.body
+        broker_max = ctx.broker_versions.get(LIST_OFFSETS, (0, 0))[1]
         upstream_version = min(version, broker_max)
         tiered = self._tiered()
         asked: dict[tuple[str, int], int] = {}
@@ -329,28 +312,25 @@ class TieredReads:
                 elif timestamp == LATEST_TIERED:
                     p["timestamp"] = LATEST
         if not asked and upstream_version == version:
-            return None
-        frame: bytes | memoryview = view
-        if upstream_version != version or any(t in (EARLIEST_LOCAL, LATEST_TIERED) for t in asked.values()):
-            header = dataclasses.replace(header, api_version=upstream_version)
-            frame = (encode_request_header(header, spec.request_header_version(upstream_version))
-                     + spec.request_codec(upstream_version).encode(request))
+            return
+        if upstream_version != version:
+            ctx.send_as(upstream_version)
+        if any(t in (EARLIEST_LOCAL, LATEST_TIERED) for t in asked.values()):
+            ctx.request.changed()
+        if not asked:
+            return
 
-        async def rewrite(response_frame: memoryview, _corr: int) -> bytes | memoryview:
-            _, rpos = decode_response_header(response_frame, spec.response_header_version(upstream_version))
-            response = spec.response_codec(upstream_version).decode(response_frame[rpos:])
-            changed = upstream_version != version
-            for t in response["topics"]:
+        async def rewrite(ctx: RequestContext, response: Message) -> None:
+            changed = False
+            for t in response.body["topics"]:
                 for p in t["partitions"]:
                     key = (t["name"], p["partition_index"])
                     if key in asked and p["error_code"] == ErrorCode.NONE:
                         changed |= await self._answer_offset(tiered.get(key), asked[key], p)
-            if not changed:
-                return response_frame
-            return (encode_response_header(corr, spec.response_header_version(version))
-                    + spec.response_codec(version).encode(response))
+            if changed:
+                response.changed()
 
-        return Forward(frame, rewrite)
+        ctx.on_response(rewrite)
 
     async def _answer_offset(self, tp: TopicIdPartition | None, timestamp: int, p: dict[str, Any]) -> bool:
         """Fill one partition's ListOffsets answer from both tiers; True if it changed. The
@@ -386,26 +366,21 @@ class TieredReads:
 
     # --- OffsetForLeaderEpoch --------------------------------------------------------------------
 
-    async def on_offset_for_leader_epoch(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                         decoded: Request) -> bytes | Forward | None:
+    def on_offset_for_leader_epoch(self, ctx: RequestContext) -> None:
         """Clients validate their position with the leader epoch of the last record they read. A
         broker whose log start has passed an epoch no longer knows it (it answers an undefined
         end offset); the remote tier's leader-epoch data answers instead."""
-        view, request = decoded.frame, decoded.message
+        request = ctx.request.body
         if request.get("replica_id", -1) >= 0:
-            return None
+            return
         tiered = self._tiered()
         asked = {(t["topic"], p["partition"]): p["leader_epoch"]
                  for t in request["topics"] for p in t["partitions"] if (t["topic"], p["partition"]) in tiered}
         if not asked:
-            return None
+            return
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
-            _, rpos = decode_response_header(frame, spec.response_header_version(version))
-            codec = spec.response_codec(version)
-            response = codec.decode(frame[rpos:])
-            changed = False
-            for t in response["topics"]:
+        async def rewrite(ctx: RequestContext, response: Message) -> None:
+            for t in response.body["topics"]:
                 for p in t["partitions"]:
                     key = (t["topic"], p["partition"])
                     if key not in asked or p["error_code"] != ErrorCode.NONE or p["end_offset"] >= 0:
@@ -413,7 +388,6 @@ class TieredReads:
                     found = self.reader.end_offset_for_epoch(tiered[key], asked[key])
                     if found is not None:
                         p["leader_epoch"], p["end_offset"] = found
-                        changed = True
-            return bytes(frame[:rpos]) + codec.encode(response) if changed else frame
+                        response.changed()
 
-        return Forward(view, rewrite)
+        ctx.on_response(rewrite)

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -39,18 +39,16 @@ from protocol.apis import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     INCREMENTAL_ALTER_CONFIGS,
-    Api,
 )
 from protocol.errors import ErrorCode
-from protocol.headers import (
-    decode_response_header,
-    encode_request_header,
-    encode_response_header,
-)
-from proxy.connection import ClientConnection, Forward, Request
+from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
+from proxy.chain import Answer, Filter, Message, RequestContext
+from proxy.config import ProxyConfig
 from tiering.broker_client import BrokerClient, BrokerClientError
 from tiering.model import TopicIdPartition, TopicTieringState
+from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
@@ -63,17 +61,10 @@ from tiering.topic_configs import (
     validate,
 )
 
-if TYPE_CHECKING:
-    from proxy.server import Proxy
-
 log = logging.getLogger(__name__)
 
-DESCRIBE_LOG_DIRS = 35
 TOPIC_RESOURCE = 2
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-# Tagged fields of the remote log dir in DescribeLogDirs (v2+), read by ``tiered-proxy describe``.
-TAG_SEGMENT_COUNT = 10_000  # per partition: int32
-TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch"
 _I32 = struct.Struct(">i")
 # Configs a tiering validation needs from the broker's side of the topic.
 _RELATED = ("cleanup.policy", "retention.ms", "retention.bytes")
@@ -83,39 +74,32 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TopicAdmin:
-    def __init__(self, proxy: Proxy, tiering: TieringService) -> None:
-        self.proxy = proxy
+class TopicAdmin(Filter):
+    name = "topic-admin"
+    apis = frozenset({CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+                      INCREMENTAL_ALTER_CONFIGS, DESCRIBE_LOG_DIRS})
+    version_overrides = {DESCRIBE_LOG_DIRS: (1, 4)}  # answered even where the broker has none
+
+    def __init__(self, config: ProxyConfig, tiering: TieringService, reader: RemoteReader) -> None:
         self.tiering = tiering
+        self.reader = reader  # the remote log start (Rx) of tiered partitions
         self.defaults = tiering.manager.config
-        bootstrap = ",".join(f"{h}:{p}" for h, p in proxy.config.bootstrap_servers)
-        self._broker = BrokerClient(bootstrap, ssl_context=tiering.manager.ssl_context)
+        self._broker = BrokerClient(config.bootstrap, ssl_context=tiering.manager.ssl_context)
         self._broker_lock = threading.Lock()  # one request at a time on the helper client
-        for key, hook in ((CREATE_TOPICS, self.on_create_topics), (DELETE_TOPICS, self.on_delete_topics),
-                          (DELETE_RECORDS, self.on_delete_records), (DESCRIBE_CONFIGS, self.on_describe_configs),
-                          (ALTER_CONFIGS, self.on_alter_configs),
-                          (INCREMENTAL_ALTER_CONFIGS, self.on_incremental_alter_configs),
-                          (DESCRIBE_LOG_DIRS, self.on_describe_log_dirs)):
-            proxy.register_hook(key, hook)
-        proxy.version_overrides[DESCRIBE_LOG_DIRS] = (1, 4)  # answered even where the broker has none
+        self._handlers = {
+            CREATE_TOPICS: self.on_create_topics, DELETE_TOPICS: self.on_delete_topics,
+            DELETE_RECORDS: self.on_delete_records, DESCRIBE_CONFIGS: self.on_describe_configs,
+            ALTER_CONFIGS: self.on_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.on_incremental_alter_configs,
+            DESCRIBE_LOG_DIRS: self.on_describe_log_dirs,
+        }
+
+    async def on_request(self, ctx: RequestContext) -> Answer | None:
+        return await self._handlers[ctx.api.key](ctx)
 
     def close(self) -> None:
         self._broker.close()
 
     # --- helpers ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def _frame(spec: Api, version: int, header: Any, request: dict[str, Any]) -> bytes:
-        return encode_request_header(header, spec.request_header_version(version)) + spec.request_codec(version).encode(request)
-
-    @staticmethod
-    def _answer(spec: Api, version: int, corr: int, body: dict[str, Any]) -> bytes:
-        return encode_response_header(corr, spec.response_header_version(version)) + spec.response_codec(version).encode(body)
-
-    @staticmethod
-    def _response(spec: Api, version: int, frame: memoryview) -> dict[str, Any]:
-        _, pos = decode_response_header(frame, spec.response_header_version(version))
-        return spec.response_codec(version).decode(frame[pos:])
 
     async def _broker_call(self, call: Callable[[BrokerClient], Any]) -> Any:
         def run() -> Any:
@@ -132,9 +116,8 @@ class TopicAdmin:
 
     # --- CreateTopics ----------------------------------------------------------------------------
 
-    async def on_create_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               decoded: Request) -> bytes | Forward | None:
-        header, request = decoded.header, decoded.message
+    async def on_create_topics(self, ctx: RequestContext) -> Answer | None:
+        request = ctx.request.body
         refused: dict[str, tuple[ErrorCode, str]] = {}
         ours: dict[str, dict[str, str]] = {}
         for topic in request["topics"]:
@@ -161,10 +144,10 @@ class TopicAdmin:
                     "num_partitions": -1, "replication_factor": -1, "configs": None}
 
         if not request["topics"]:
-            return self._answer(spec, version, corr, {"throttle_time_ms": 0, "topics": [refusal(n) for n in order]})
+            return ctx.answer({"throttle_time_ms": 0, "topics": [refusal(n) for n in order]})
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes:
-            response = self._response(spec, version, frame)
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             for result in response["topics"]:
                 name = result["name"]
                 if name not in ours or result["error_code"] != ErrorCode.NONE:
@@ -180,9 +163,11 @@ class TopicAdmin:
                          "is_sensitive": False} for d in describe(ours[name], self.defaults)]
             answered = {r["name"]: r for r in response["topics"]}
             response["topics"] = [answered[n] if n in answered else refusal(n) for n in order if n in answered or n in refused]
-            return self._answer(spec, version, corr, response)
+            message.changed()
 
-        return Forward(self._frame(spec, version, header, request), rewrite)
+        ctx.request.changed()
+        ctx.on_response(rewrite)
+        return None
 
     async def _broker_topic_id(self, name: str) -> uuid.UUID:
         try:
@@ -204,9 +189,8 @@ class TopicAdmin:
 
     # --- DescribeConfigs -------------------------------------------------------------------------
 
-    async def on_describe_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                  decoded: Request) -> bytes | Forward | None:
-        header, request = decoded.header, decoded.message
+    async def on_describe_configs(self, ctx: RequestContext) -> Answer | None:
+        request = ctx.request.body
         asked: dict[str, list[str] | None] = {}
         for r in request["resources"]:
             if r["resource_type"] == TOPIC_RESOURCE:
@@ -217,8 +201,8 @@ class TopicAdmin:
         synonyms = bool(request.get("include_synonyms"))
         documentation = bool(request.get("include_documentation"))
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes:
-            response = self._response(spec, version, frame)
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             for result in response["results"]:
                 name = result["resource_name"]
                 if result["resource_type"] != TOPIC_RESOURCE or name not in asked or result["error_code"] != ErrorCode.NONE:
@@ -242,9 +226,11 @@ class TopicAdmin:
                 if keys:  # null or empty: every key, as Kafka answers
                     configs = [c for c in configs if c["name"] in keys]
                 result["configs"] = configs
-            return self._answer(spec, version, corr, response)
+            message.changed()
 
-        return Forward(self._frame(spec, version, header, request), rewrite)
+        ctx.request.changed()
+        ctx.on_response(rewrite)
+        return None
 
     async def _topic_exists(self, name: str) -> bool:
         try:
@@ -255,17 +241,14 @@ class TopicAdmin:
 
     # --- AlterConfigs / IncrementalAlterConfigs --------------------------------------------------
 
-    async def on_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               decoded: Request) -> bytes | Forward | None:
-        return await self._alter(spec, version, corr, decoded, incremental=False)
+    async def on_alter_configs(self, ctx: RequestContext) -> Answer | None:
+        return await self._alter(ctx, incremental=False)
 
-    async def on_incremental_alter_configs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                           decoded: Request) -> bytes | Forward | None:
-        return await self._alter(spec, version, corr, decoded, incremental=True)
+    async def on_incremental_alter_configs(self, ctx: RequestContext) -> Answer | None:
+        return await self._alter(ctx, incremental=True)
 
-    async def _alter(self, spec: Api, version: int, corr: int, decoded: Request, *,
-                     incremental: bool) -> bytes | Forward | None:
-        header, request = decoded.header, decoded.message
+    async def _alter(self, ctx: RequestContext, *, incremental: bool) -> Answer | None:
+        request = ctx.request.body
         topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
                   and any(c["name"] in TIERING_KEYS for c in r["configs"])]
         if not incremental:
@@ -330,11 +313,11 @@ class TopicAdmin:
             return {"error_code": code, "error_message": message, "resource_type": TOPIC_RESOURCE, "resource_name": name}
 
         if not request["resources"]:
-            return self._answer(spec, version, corr, {"throttle_time_ms": 0,
+            return ctx.answer({"throttle_time_ms": 0,
                                                       "responses": [refusal(n) for _, n in order]})
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes:
-            response = self._response(spec, version, frame)
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             for result in response["responses"]:
                 name = result["resource_name"]
                 if (result["resource_type"] == TOPIC_RESOURCE and name in planned
@@ -347,24 +330,25 @@ class TopicAdmin:
             answered = {(r["resource_type"], r["resource_name"]): r for r in response["responses"]}
             response["responses"] = [answered[k] if k in answered else refusal(k[1]) for k in order
                                      if k in answered or k[1] in refused]
-            return self._answer(spec, version, corr, response)
+            message.changed()
 
-        return Forward(self._frame(spec, version, header, request), rewrite)
+        ctx.request.changed()
+        ctx.on_response(rewrite)
+        return None
 
     # --- DeleteRecords ---------------------------------------------------------------------------
 
-    async def on_delete_records(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                decoded: Request) -> bytes | Forward | None:
-        view, request = decoded.frame, decoded.message
+    async def on_delete_records(self, ctx: RequestContext) -> Answer | None:
+        request = ctx.request.body
         tiered = {(tp.topic, tp.partition): tp for tp in self.tiering.metadata.readable_partitions()}
         targets = {(t["name"], p["partition_index"]): p["offset"] for t in request["topics"] for p in t["partitions"]
                    if (t["name"], p["partition_index"]) in tiered}
         if not targets:
             return None
-        reader = self.proxy.tiered_reads.reader if self.proxy.tiered_reads is not None else None
+        reader = self.reader
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes:
-            response = self._response(spec, version, frame)
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             for t in response["topics"]:
                 for p in t["partitions"]:
                     key = (t["name"], p["partition_index"])
@@ -380,16 +364,16 @@ class TopicAdmin:
                         self.tiering.manager.wake()
                     if rx is not None:
                         p["low_watermark"] = max(rx, wanted)
-            return self._answer(spec, version, corr, response)
+            message.changed()
 
-        return Forward(view, rewrite)
+        ctx.on_response(rewrite)
+        return None
 
     # --- DeleteTopics ----------------------------------------------------------------------------
 
-    async def on_delete_topics(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                               decoded: Request) -> bytes | Forward | None:
-        async def rewrite(frame: memoryview, _corr: int) -> bytes | memoryview:
-            response = self._response(spec, version, frame)
+    async def on_delete_topics(self, ctx: RequestContext) -> Answer | None:
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             for result in response["responses"]:
                 if result["error_code"] != ErrorCode.NONE:
                     continue
@@ -402,29 +386,29 @@ class TopicAdmin:
                     # Every incarnation the store knows under this name is gone now.
                     await self._store(lambda n=name: self.tiering.manager.mark_topic_deleted(n))
                     self.tiering.manager.wake()
-            return frame
 
-        return Forward(decoded.frame, rewrite)
+        ctx.on_response(rewrite)
+        return None
 
     # --- DescribeLogDirs -------------------------------------------------------------------------
 
-    async def on_describe_log_dirs(self, conn: ClientConnection, spec: Api, version: int, corr: int,
-                                   decoded: Request) -> bytes | Forward | None:
-        view, request = decoded.frame, decoded.message
+    async def on_describe_log_dirs(self, ctx: RequestContext) -> Answer | None:
+        request = ctx.request.body
         wanted = None if request["topics"] is None else {
             (t["topic"], p) for t in request["topics"] for p in t["partitions"]}
-        assert conn.versions is not None
-        low, high = conn.versions.ranges.get(DESCRIBE_LOG_DIRS, (0, -1))
+        version = ctx.version
+        low, high = ctx.broker_versions.get(DESCRIBE_LOG_DIRS, (0, -1))
         if not low <= version <= high:  # the broker cannot answer: the remote tier's dir alone
             body = {"throttle_time_ms": 0, "error_code": 0, "results": [self._remote_log_dir(wanted, version)]}
-            return self._answer(spec, version, corr, body)
+            return ctx.answer(body)
 
-        async def rewrite(frame: memoryview, _corr: int) -> bytes:
-            response = self._response(spec, version, frame)
+        async def rewrite(ctx: RequestContext, message: Message) -> None:
+            response = message.body
             response["results"].append(self._remote_log_dir(wanted, version))
-            return self._answer(spec, version, corr, response)
+            message.changed()
 
-        return Forward(view, rewrite)
+        ctx.on_response(rewrite)
+        return None
 
     def _remote_log_dir(self, wanted: set[tuple[str, int]] | None, version: int) -> dict[str, Any]:
         metadata = self.tiering.metadata
@@ -456,6 +440,6 @@ class TopicAdmin:
                         f"{state.disable_policy.config_value} {state.tiered_epoch}")
                 topic["_unknown_tags"] = {TAG_TIERING_STATE: text.encode()}
             topics.append(topic)
-        return {"error_code": 0, "log_dir": f"remote:{self.tiering.storage_uri}", "topics": topics,
+        return {"error_code": 0, "log_dir": f"{REMOTE_LOG_DIR_PREFIX}{self.tiering.storage_uri}", "topics": topics,
                 "total_bytes": total, "usable_bytes": -1, "is_cordoned": False}
 

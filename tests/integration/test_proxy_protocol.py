@@ -7,9 +7,8 @@ import struct
 
 import pytest
 
-from protocol.apis import API_VERSIONS, LIST_OFFSETS, METADATA, PRODUCE, all_apis
+from protocol.apis import API_VERSIONS, DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA, PRODUCE, all_apis
 from protocol.errors import ErrorCode
-from proxy.topic_admin import DESCRIBE_LOG_DIRS
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import ErrorCode
-from proxy.fetch_sessions import FetchSessionCache, FetchSessionError, next_epoch, upstream_topics
+from proxy.filters.fetch_sessions import FetchSessionCache, FetchSessionError, next_epoch, upstream_topics
 
 
 def _request(session_id: int, epoch: int, partitions: dict[tuple[str, int], int],

@@ -1,0 +1,44 @@
+"""The proxy's features, one filter each (see ``proxy/chain.py``), and the chain built from the
+configuration at start-up. Requests pass the filters in this order; the broker's answers come
+back through the response hooks they registered in the reverse order:
+
+1. ``metrics``: the Prometheus endpoint; observes every request (declares no API). With
+   ``proxy.metrics.listen``.
+2. ``request-validation``: every request parsed against Kafka's schema. With
+   ``proxy.request.validation=true`` (the default).
+3. ``address-rewriting``: the proxy's listeners in every answer that names a broker. Always.
+4. ``fetch-sessions``: clients' fetch sessions end at the proxy; the broker gets sessionless full
+   fetches. With tiering.
+5. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
+6. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
+   DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
+
+Only this module (and the entry points that call it) knows the filters; filters never import one
+another: what one needs of another (the remote reader, the read counters) is handed over here.
+"""
+
+from __future__ import annotations
+
+from proxy.chain import Filter
+from proxy.config import ProxyConfig
+from proxy.filters.address_rewriting import AddressRewriting
+from proxy.filters.fetch_sessions import FetchSessions
+from proxy.filters.metrics import PrometheusMetrics
+from proxy.filters.tiered_reads import TieredReads
+from proxy.filters.topic_admin import TopicAdmin
+from proxy.filters.validation import RequestValidation
+from tiering.service import TieringService
+
+
+def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Filter]:
+    """The filters the configuration asks for, in chain order."""
+    reads = TieredReads(tiering, config.extra) if tiering is not None else None
+    chain: list[Filter] = []
+    if config.metrics_listen is not None:
+        chain.append(PrometheusMetrics(config.metrics_listen, tiering, reads))
+    if config.validate_requests:
+        chain.append(RequestValidation())
+    chain.append(AddressRewriting())
+    if tiering is not None and reads is not None:
+        chain += [FetchSessions(config.extra), reads, TopicAdmin(config, tiering, reads.reader)]
+    return chain
