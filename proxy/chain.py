@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -57,10 +56,6 @@ class Message:
         if self._body is None:
             self._body = self._decode(self.frame[self.body_at:])
         return self._body
-
-    @property
-    def decoded(self) -> bool:
-        return self._body is not None
 
     def changed(self) -> None:
         """Say that ``body`` was modified: the frame is re-encoded before it goes on."""
@@ -100,7 +95,6 @@ class RequestContext:
     peer: str  # the client's address, for log lines
     broker_versions: dict[int, tuple[int, int]]  # API key -> versions the broker itself offers
     response_hooks: list[ResponseHook] = field(default_factory=list)
-    started: float = field(default_factory=time.perf_counter)
     upstream_version: int = -1  # the version the broker is asked at; -1: the client's
 
     def on_response(self, hook: ResponseHook) -> None:
