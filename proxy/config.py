@@ -77,7 +77,6 @@ class ProxyConfig:
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
     validate_requests: bool = True  # parse every forwarded request before a broker sees it
     listener_tls: bool = False  # listeners=SSL://...: clients speak TLS (see proxy/tls.py)
-    strict_config: bool = False  # proxy.config.strict: an unknown key is an error, not a warning
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -173,8 +172,10 @@ class ProxyConfig:
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
             validate_requests=(take("proxy.request.validation") or "true").strip().lower() != "false",
             listener_tls=scheme == "SSL",
-            strict_config=take_bool("proxy.config.strict", False),
         )
+        # proxy.config.strict is acted on before parsing (proxy/command_line_config.py); its value
+        # is checked here, with the others.
+        take_bool("proxy.config.strict", False)
         cfg.extra = props  # keys later layers (tiering) read
         return cfg
 
