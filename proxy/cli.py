@@ -12,9 +12,12 @@ from pathlib import Path
 import trio
 
 from proxy.command_line_config import config_from_args
+from proxy.config import load_properties, resolve_references
 from proxy.filters import build_chain
 from proxy.log_format import configure as configure_logging
+from proxy.log_format import hide as hide_secrets
 from proxy.server import Proxy
+from tiering.client_security import SPARK_PREFIX, ClientSecurity, secret_values
 from tiering.service import TieringService
 
 log = logging.getLogger("tiered-proxy")
@@ -29,6 +32,22 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="text lines, or JSON lines (ts, level, logger, message, error); one line per record")
+
+
+def _add_command_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--command-config", type=Path, metavar="FILE.properties",
+                   help="Kafka client settings for a secured cluster, as Kafka's tools take them: security.protocol, "
+                        "sasl.mechanism, sasl.jaas.config (or sasl.username/sasl.password), ssl.truststore.location; "
+                        "${env:NAME} and ${file:PATH:KEY} references are resolved")
+
+
+def _command_config(args: argparse.Namespace) -> tuple[dict[str, str], ClientSecurity]:
+    """The --command-config file's settings (unprefixed Kafka client names) and the security they give."""
+    if args.command_config is None:
+        return {}, ClientSecurity()
+    props = resolve_references(load_properties(args.command_config))
+    hide_secrets(secret_values(props, prefix=""))
+    return props, ClientSecurity.from_properties(props, prefix="")
 
 
 def _version() -> str:
@@ -88,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT",
                           help="the proxy (not a broker: only the proxy sees the remote tier)")
     describe.add_argument("--topic", help="only this topic")
+    _add_command_config(describe)
     describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store, with "
                                                 "their states and KIP-917 custom metadata")
@@ -96,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "topic://__remote_log_metadata (a bare path is refused)")
     segments.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="for a topic:// store")
     segments.add_argument("--topic", help="only this topic")
+    _add_command_config(segments)
     segments.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     backfill = sub.add_parser("backfill", help="write a topic's whole history to Parquet with Spark (the tiered-kafka "
                                                "data source: remote segments read by the executors, the tail through "
@@ -112,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="another data source option (e.g. remote.log.storage.s3.access.key.id=..., "
                                "endingOffsets=...), repeatable")
     backfill.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append"])
+    _add_command_config(backfill)
     backfill.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     return parser
 
@@ -136,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             config = config_from_args(args)
+            hide_secrets(secret_values(config.extra))
             tiering = TieringService.from_properties(config.bootstrap, config.extra)
             proxy = Proxy(config, build_chain(config, tiering), [tiering] if tiering is not None else [])
             trio.run(_serve_until_signal, proxy)
@@ -145,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             from tiering.broker_client import BrokerClientError
 
             try:
-                print(format_rows(describe(args.bootstrap_servers, args.topic)))
+                print(format_rows(describe(args.bootstrap_servers, args.topic, _command_config(args)[1])))
             except (BrokerClientError, DescribeError) as e:
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
@@ -155,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             from tiering.broker_client import BrokerClientError
 
             try:
-                print(format_segments(load_segments(args.metadata, args.bootstrap_servers), args.topic))
+                segments = load_segments(args.metadata, args.bootstrap_servers, _command_config(args)[1])
+                print(format_segments(segments, args.topic))
             except BrokerClientError as e:  # a topic:// store's cluster did not answer
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
@@ -166,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": args.topic,
                        "remote.log.storage.uri": args.remote, "remote.log.metadata.uri": args.metadata,
                        "kafka.isolation.level": args.isolation_level, "includeHeaders": "true"}
+            # Spark's Kafka source takes client settings as kafka.-prefixed options.
+            options.update({SPARK_PREFIX + k: v for k, v in _command_config(args)[0].items()})
             for item in args.option:
                 key, sep, value = item.partition("=")
                 if not sep:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from proxy.config import ConfigError, ProxyConfig, load_properties
+from proxy.config import ConfigError, ProxyConfig, load_properties, resolve_references
 from proxy.config_keys import check_keys
 
 
@@ -36,4 +36,4 @@ def config_from_args(args: argparse.Namespace, extra: dict[str, str] | None = No
     # for the want of the key it was meant to be.
     strict = getattr(args, "strict_config", False) or props.get("proxy.config.strict", "").strip().lower() == "true"
     check_keys(props, strict=strict)
-    return ProxyConfig.from_properties(props)
+    return ProxyConfig.from_properties(resolve_references(props))

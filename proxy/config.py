@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +181,35 @@ class ProxyConfig:
         take_bool("proxy.config.strict", False)
         cfg.extra = props  # keys later layers (tiering) read
         return cfg
+
+
+_REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
+
+
+def resolve_references(props: Mapping[str, str]) -> dict[str, str]:
+    """Kafka's config-provider references in values, so secrets stay out of the file:
+    ``${env:NAME}`` (an environment variable) and ``${file:PATH:KEY}`` (a key of another
+    .properties file, as Kafka's FileConfigProvider reads it). An unresolvable reference is an
+    error naming the key and the reference, never a value."""
+
+    def resolve(key: str, value: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            provider, ref = match[1], match[2]
+            if provider == "env":
+                if ref not in os.environ:
+                    raise ConfigError(f"{key}: environment variable {ref} (from ${{env:{ref}}}) is not set")
+                return os.environ[ref]
+            path, sep, name = ref.rpartition(":")
+            if not sep or not path:
+                raise ConfigError(f"{key}: write ${{file:PATH:KEY}} (got ${{file:{ref}}})")
+            values = load_properties(Path(path))
+            if name not in values:
+                raise ConfigError(f"{key}: {path} has no key {name!r} (from ${{file:{ref}}})")
+            return values[name]
+
+        return _REFERENCE.sub(one, value)
+
+    return {key: resolve(key, value) for key, value in props.items()}
 
 
 def load_properties(path: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from proxy.config import ConfigError
-from tiering import service
+from tiering import client_security, service
 from tiering.config import TieringConfig
 from tiering.metadata import uri as metadata_uri
 from tiering.storage import api as storage_api
@@ -63,14 +63,8 @@ LISTENER_TLS_KEYS = (
     "ssl.truststore.location",
 )
 
-# tiering/broker_tls.py: TLS toward the brokers
-UPSTREAM_TLS_KEYS = (
-    "upstream.security.protocol",
-    "upstream.ssl.truststore.location",
-    "upstream.ssl.keystore.location",
-    "upstream.ssl.key.password",
-    "upstream.ssl.endpoint.identification.algorithm",
-)
+# tiering/client_security.py: TLS and SASL of the proxy's own connections to the brokers
+UPSTREAM_SECURITY_KEYS = tuple(client_security.UPSTREAM_PREFIX + key for key in client_security.KEYS)
 
 # tiering/service.py: where the remote tier, its metadata and the working files live
 SERVICE_KEYS = (
@@ -100,7 +94,7 @@ STORAGE_KEYS = (
 TIERING_KEYS = tuple(TieringConfig.KEYS.values())
 
 KNOWN_KEYS: frozenset[str] = frozenset(
-    PROXY_KEYS + TIERED_READ_KEYS + LISTENER_TLS_KEYS + UPSTREAM_TLS_KEYS + SERVICE_KEYS + STORAGE_KEYS
+    PROXY_KEYS + TIERED_READ_KEYS + LISTENER_TLS_KEYS + UPSTREAM_SECURITY_KEYS + SERVICE_KEYS + STORAGE_KEYS
     + TIERING_KEYS
 )
 

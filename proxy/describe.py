@@ -15,6 +15,7 @@ from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA
 from protocol.errors import ErrorCode
 from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
 from tiering.broker_client import BrokerClient, BrokerClientError
+from tiering.client_security import ClientSecurity
 
 LIST_OFFSETS_VERSION = 9  # the first with LATEST_TIERED; the proxy offers it whatever the broker
 METADATA_VERSION = 12  # the newest BrokerClient speaks
@@ -43,8 +44,8 @@ class PartitionRow:
     state: str
 
 
-def describe(bootstrap: str, topic: str | None = None) -> list[PartitionRow]:
-    client = BrokerClient(bootstrap)
+def describe(bootstrap: str, topic: str | None = None, security: ClientSecurity | None = None) -> list[PartitionRow]:
+    client = BrokerClient(bootstrap, security=security)
     try:
         try:
             client.metadata([])  # learns the brokers; the first thing that can find nobody there

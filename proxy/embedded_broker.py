@@ -83,7 +83,8 @@ def _noida_command() -> list[str]:
     return [found]
 
 
-def _command(kind: str, host: str, port: int, data_dir: Path, advertised_port: int | None = None) -> list[str]:
+def _command(kind: str, host: str, port: int, data_dir: Path, advertised_port: int | None = None,
+             authentication: bool = False) -> list[str]:
     if kind == "noida":
         return [*_noida_command(), "start", "--only", "kafka", "--kafka-port", str(port),
                 "--host", host, "--data-dir", str(data_dir)]
@@ -91,7 +92,7 @@ def _command(kind: str, host: str, port: int, data_dir: Path, advertised_port: i
         url = f"tcp://{host}:{port}"
         advertised = f"tcp://{host}:{advertised_port or port}"
         return [str(_tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
-                "--storage-engine", "memory://tansu/"]
+                "--storage-engine", "memory://tansu/", *(["--authentication"] if authentication else [])]
     raise ValueError(f"unknown embedded broker {kind!r}; choose one of {', '.join(KINDS)}")
 
 
@@ -108,13 +109,17 @@ def _answers_kafka(host: str, port: int) -> bool:
 
 
 def start_broker(kind: str, data_dir: Path, host: str = "127.0.0.1", port: int | None = None,
-                 timeout: float = 60, advertised_port: int | None = None) -> EmbeddedBroker:
-    """``advertised_port`` (Tansu only): the port Metadata names, e.g. a TLS relay in front."""
+                 timeout: float = 60, advertised_port: int | None = None, authentication: bool = False) -> EmbeddedBroker:
+    """``advertised_port`` (Tansu only): the port Metadata names, e.g. a TLS relay in front.
+    ``authentication`` (Tansu only): SASL required of every client (tests/UPSTREAMS.md says what
+    Tansu 0.6 then accepts)."""
+    if authentication and kind != "tansu":
+        raise ValueError(f"{kind} has no SASL; only tansu can require authentication")
     data_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port(host)
     log_path = data_dir / f"{kind}.log"
     log_file = open(log_path, "ab")  # noqa: SIM115 - the child writes to it for its whole life
-    process = subprocess.Popen(_command(kind, host, port, data_dir, advertised_port), stdout=log_file, stderr=subprocess.STDOUT,
+    process = subprocess.Popen(_command(kind, host, port, data_dir, advertised_port, authentication), stdout=log_file, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=data_dir)
     log_file.close()
     _started[process.pid] = process

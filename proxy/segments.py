@@ -5,6 +5,7 @@ proxy), or replays the metadata topic."""
 
 from __future__ import annotations
 
+from tiering.client_security import ClientSecurity
 from tiering.metadata.view import load_metadata
 from tiering.model import RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage.api import RemoteStorageError
@@ -21,8 +22,9 @@ def custom_metadata_text(blob: bytes | None) -> str:
     return f"s3 prefix={location.prefix or '(none)'} stored_bytes={location.stored_bytes}"
 
 
-def load_segments(metadata_uri: str, bootstrap: str | None) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
-    state = load_metadata(metadata_uri, bootstrap)
+def load_segments(metadata_uri: str, bootstrap: str | None,
+                  security: ClientSecurity | None = None) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+    state = load_metadata(metadata_uri, bootstrap, security=security)
     return {tp: list(p.segments.values()) for tp, p in state.partitions.items()}
 
 

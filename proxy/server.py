@@ -11,7 +11,7 @@ from typing import Protocol
 
 import trio
 
-from protocol.apis import METADATA, all_apis
+from protocol.apis import METADATA, SASL_HANDSHAKE, all_apis
 from proxy.chain import CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
 from proxy.connection import ClientConnection
@@ -22,10 +22,11 @@ from proxy.upstream import (
     ClusterView,
     InternalClient,
     UpstreamError,
+    authenticate,
     open_upstream,
     probe_api_versions,
 )
-from tiering.broker_tls import upstream_ssl_context
+from tiering.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ class Proxy:
             for key, cap in f.version_caps.items():
                 self.version_caps[key] = min(cap, self.version_caps.get(key, cap))
         self.tls = server_context(config.extra) if config.listener_tls else None
-        self.upstream_tls = upstream_ssl_context(config.extra)  # toward the brokers, or None
+        # TLS toward the brokers for every upstream connection; SASL only for the proxy's own.
+        self.security = ClientSecurity.from_properties(config.extra)
+        self.upstream_tls = self.security.ssl_context
 
     def find(self, kind: type[Filter]) -> Filter | None:
         """The chain's filter of this kind, if configured (for entry points that report on it)."""
@@ -156,7 +159,10 @@ class Proxy:
 
     # -- upstream ------------------------------------------------------------------------------
 
-    async def connect_upstream(self, node_id: int | None) -> tuple[FrameStream, BrokerVersions]:
+    async def connect_upstream(self, node_id: int | None, *, own: bool = False) -> tuple[FrameStream, BrokerVersions]:
+        """A new connection to a broker (None: any bootstrap server) and what it supports. A
+        client's connection is left for the client to authenticate; the proxy's ``own`` logs in
+        with the proxy's credentials."""
         timeout = self.config.upstream_connect_timeout_ms / 1000
         if node_id is None:
             candidates = list(self.config.bootstrap_servers)
@@ -184,6 +190,12 @@ class Proxy:
                     await conn.aclose()
                     raise
                 self.cluster.versions[(host, port)] = versions
+            if own and self.security.sasl is not None:
+                try:
+                    await authenticate(InternalClient(conn), self.security.sasl, f"{host}:{port}", versions)
+                except Exception:
+                    await conn.aclose()
+                    raise
             return conn, versions
         raise UpstreamError("; ".join(errors))
 
@@ -198,12 +210,16 @@ class Proxy:
                 continue
             lo_b, hi_b = versions.ranges[key]
             lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b, self.version_caps.get(key, hi_b))
+            if key == SASL_HANDSHAKE:
+                # v0 is followed by raw, unframed SASL tokens the proxy could not relay as
+                # requests; every current client uses v1 (and Kafka 4 removed v0).
+                lo = max(lo, 1)
             if lo <= hi:
                 allowed[key] = (lo, hi)
         return allowed
 
     async def refresh_metadata(self) -> None:
-        conn, versions = await self.connect_upstream(None)
+        conn, versions = await self.connect_upstream(None, own=True)
         try:
             allowed = self.negotiate(versions)
             if METADATA not in allowed:

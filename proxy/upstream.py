@@ -14,6 +14,7 @@ from protocol.apis import API_VERSIONS, METADATA, api
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from proxy.framing import FrameStream
+from tiering.client_security import SaslAuthenticationError, SaslCredentials, sasl_exchange
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,21 @@ async def probe_api_versions(client: InternalClient) -> BrokerVersions:
             continue
         version = 0
     raise UpstreamError("broker did not answer ApiVersions")
+
+
+async def authenticate(client: InternalClient, credentials: SaslCredentials, broker: str,
+                       versions: BrokerVersions) -> None:
+    """The proxy's own SASL login on one of its own upstream connections (never a client's)."""
+    steps = sasl_exchange(credentials, broker, versions.ranges)
+    answer: dict[str, Any] | None = None
+    try:
+        while True:
+            api_key, version, body = steps.send(answer)  # type: ignore[arg-type]
+            answer = await client.request(api_key, version, body)
+    except StopIteration:
+        return  # the proxy's own connections are short-lived: no re-authentication needed
+    except SaslAuthenticationError as e:
+        raise UpstreamError(str(e)) from None
 
 
 @dataclass

@@ -13,6 +13,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from protocol.apis import API_VERSIONS, DELETE_RECORDS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA, api
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
+from tiering.client_security import ClientSecurity, SaslAuthenticationError, sasl_exchange
 from tiering.topic_configs import BrokerTopicConfigs
 
 log = logging.getLogger(__name__)
@@ -68,18 +70,44 @@ class _Connection:
     _correlation = itertools.count(1)
 
     def __init__(self, host: str, port: int, timeout_s: float, max_response_bytes: int,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 security: ClientSecurity | None = None) -> None:
         self.address = f"{host}:{port}"
         self.max_response_bytes = max_response_bytes
+        security = security or ClientSecurity()
+        context = security.ssl_context
         try:
             sock = socket.create_connection((host, port), timeout=timeout_s)
-            self.sock = ssl_context.wrap_socket(sock, server_hostname=host) if ssl_context is not None else sock
+            self.sock = context.wrap_socket(sock, server_hostname=host) if context is not None else sock
         except (OSError, ssl.SSLError) as exc:
             raise BrokerClientError(f"cannot connect to broker {self.address}: {exc}") from None
         self.sock.settimeout(timeout_s)
         self.versions: dict[int, tuple[int, int]] = {}
         response = self.request(API_VERSIONS, 0, {})
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
+        self.expires_at = float("inf")  # when the broker ends the SASL session (KIP-368)
+        if security.sasl is not None:
+            self._authenticate(security)
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        assert security.sasl is not None
+        steps = sasl_exchange(security.sasl, self.address, self.versions)
+        answer: dict[str, Any] | None = None
+        try:
+            while True:
+                api_key, version, body = steps.send(answer)  # type: ignore[arg-type]
+                answer = self.request(api_key, version, body)
+        except StopIteration as done:
+            lifetime_ms = done.value
+        except SaslAuthenticationError as exc:
+            self.close()
+            raise BrokerClientError(str(exc)) from None
+        if lifetime_ms > 0:
+            # Reconnect (and so re-authenticate) well before the broker would close the session.
+            self.expires_at = time.monotonic() + lifetime_ms * 0.85 / 1000
+
+    @property
+    def usable(self) -> bool:
+        return self.sock.fileno() >= 0 and time.monotonic() < self.expires_at
 
     def version(self, api_key: int) -> int:
         low, high = self.versions.get(api_key, (0, -1))
@@ -131,14 +159,15 @@ class BrokerClient:
     """Blocking requests to the brokers of one cluster (not thread-safe: one per thread)."""
 
     def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
-                 max_response_bytes: int = 1 << 30, ssl_context: ssl.SSLContext | None = None) -> None:
-        self.ssl_context = ssl_context
+                 max_response_bytes: int = 1 << 30, security: ClientSecurity | None = None) -> None:
+        self.security = security or ClientSecurity()
         self.bootstrap = [_split(a) for a in bootstrap_servers.split(",") if a.strip()]
         if not self.bootstrap:
             raise ValueError("no bootstrap servers")
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
         self.brokers: dict[int, tuple[str, int]] = {}
+        self.topic_errors: dict[str, int] = {}  # topics the last Metadata answered with an error
         self._connections: dict[tuple[str, int], _Connection] = {}
 
     def close(self) -> None:
@@ -148,9 +177,11 @@ class BrokerClient:
 
     def _connection(self, address: tuple[str, int]) -> _Connection:
         conn = self._connections.get(address)
-        if conn is None or conn.sock.fileno() < 0:
+        if conn is None or not conn.usable:
+            if conn is not None:
+                conn.close()
             conn = self._connections[address] = _Connection(*address, self.timeout_s, self.max_response_bytes,
-                                                            self.ssl_context)
+                                                            self.security)
         return conn
 
     def _call(self, address: tuple[str, int], api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -202,6 +233,8 @@ class BrokerClient:
         response, _ = self._any_broker(METADATA, body)
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
         result = {}
+        self.topic_errors = {t["name"]: t["error_code"] for t in response["topics"]
+                             if t["error_code"] != ErrorCode.NONE and t["name"] is not None}
         for t in response["topics"]:
             if t["error_code"] != ErrorCode.NONE or t["name"] is None:
                 continue

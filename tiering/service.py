@@ -16,14 +16,13 @@ Keys (Kafka-style properties; the CLI flags set the first three):
 from __future__ import annotations
 
 import logging
-import ssl
 import tempfile
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tiering.broker_tls import upstream_ssl_context
+from tiering.client_security import ClientSecurity
 from tiering.config import STORAGE_URI_CONFIG, TieringConfig, require_uri
 from tiering.copy.manager import RemoteLogManager
 from tiering.metadata.manager import RemoteLogMetadataManager
@@ -72,7 +71,7 @@ def _writable_dir(path: Path) -> None:
         raise OSError(e.errno, e.strerror, str(path)) from None
 
 
-def open_locations(bootstrap_servers: str, props: Mapping[str, object], tls: ssl.SSLContext | None,
+def open_locations(bootstrap_servers: str, props: Mapping[str, object], security: ClientSecurity,
                    ) -> tuple[Path, str, RemoteStorageManager, str, RemoteLogMetadataManager]:
     """The data dir, the remote tier and the metadata store the properties name, created or opened
     (data dir, storage URI, storage, metadata URI, store). A failure names its setting (flag and
@@ -100,7 +99,7 @@ def open_locations(bootstrap_servers: str, props: Mapping[str, object], tls: ssl
     except ValueError as e:
         raise ValueError(f"--remote ({STORAGE_URI_CONFIG}): {e}") from None
     try:
-        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props, ssl_context=tls)
+        metadata = metadata_from_uri(metadata_uri, bootstrap_servers, data_dir, props, security=security)
     except OSError as e:
         storage.close()
         raise _metadata_error(metadata_uri, e) from None
@@ -126,9 +125,9 @@ class TieringService:
         config = TieringConfig.from_properties(props)
         if not config.enabled:
             return None
-        tls = upstream_ssl_context(props)
-        data_dir, storage_uri, storage, metadata_uri, metadata = open_locations(bootstrap_servers, props, tls)
-        manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, ssl_context=tls)
+        security = ClientSecurity.from_properties(props)
+        data_dir, storage_uri, storage, metadata_uri, metadata = open_locations(bootstrap_servers, props, security)
+        manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, security=security)
         ownership = None
         if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
             # A shared metadata topic: instances divide the copying by a consumer group.
@@ -138,7 +137,7 @@ class TieringService:
                 bootstrap_servers, metadata.topic, metadata.partitions_count,  # type: ignore[attr-defined]
                 group_id=str(props.get(GROUP_ID_CONFIG) or DEFAULT_GROUP_ID),
                 session_timeout_ms=int(str(props.get(GROUP_SESSION_TIMEOUT_CONFIG, 10_000))),
-                on_release=manager.release, on_acquire=lambda _: manager.wake(), ssl_context=tls)
+                on_release=manager.release, on_acquire=lambda _: manager.wake(), security=security)
             manager.owns = ownership.owns
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")

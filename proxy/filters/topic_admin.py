@@ -84,7 +84,7 @@ class TopicAdmin(Filter):
         self.tiering = tiering
         self.reader = reader  # the remote log start (Rx) of tiered partitions
         self.defaults = tiering.manager.config
-        self._broker = BrokerClient(config.bootstrap, ssl_context=tiering.manager.ssl_context)
+        self._broker = BrokerClient(config.bootstrap, security=tiering.manager.security)
         self._broker_lock = threading.Lock()  # one request at a time on the helper client
         self._handlers = {
             CREATE_TOPICS: self.on_create_topics, DELETE_TOPICS: self.on_delete_topics,
@@ -404,6 +404,8 @@ class TopicAdmin(Filter):
 
         async def rewrite(ctx: RequestContext, message: Message) -> None:
             response = message.body
+            if response.get("error_code", ErrorCode.NONE) != ErrorCode.NONE:
+                return  # the broker refused (e.g. CLUSTER_AUTHORIZATION_FAILED): so does the remote tier
             response["results"].append(self._remote_log_dir(wanted, version))
             message.changed()
 

@@ -10,6 +10,7 @@ import pytest
 from proxy.cli import _sole_leaf, build_parser, config_from_args
 from proxy.config import ConfigError, ProxyConfig, parse_properties
 from proxy.config_keys import KNOWN_KEYS, check_keys, closest_key, describe_unknown
+from tiering import client_security
 from tiering.config import TieringConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +150,9 @@ def test_registry_holds_every_key_the_code_reads() -> None:
     constants = {name: text for path in _sources() for name, text in _string_constants(ast.parse(path.read_text())).items()}
     read = {key: path.relative_to(ROOT) for path in _sources() for key in _keys_read(path, constants)}
     read.update(dict.fromkeys(TieringConfig.KEYS.values(), "tiering/config.py"))  # read through KEYS[name]
+    # read as prefix + name (the same names serve --command-config and Spark's kafka. options)
+    read.update(dict.fromkeys((client_security.UPSTREAM_PREFIX + k for k in client_security.KEYS),
+                              "tiering/client_security.py"))
     assert len(read) >= 66, "the scan found too few keys: has the way keys are read changed?"
     missing = {key: str(path) for key, path in read.items() if key not in KNOWN_KEYS}
     assert not missing, f"add these keys to proxy/config_keys.py: {missing}"
@@ -156,7 +160,8 @@ def test_registry_holds_every_key_the_code_reads() -> None:
 
 def test_registry_holds_no_key_nothing_reads() -> None:
     text = "\n".join(p.read_text() for p in _sources())
-    stale = sorted(k for k in KNOWN_KEYS if f'"{k}"' not in text)
+    prefixed = {client_security.UPSTREAM_PREFIX + k for k in client_security.KEYS}
+    stale = sorted(k for k in KNOWN_KEYS - prefixed if f'"{k}"' not in text)
     assert not stale, f"keys listed in proxy/config_keys.py that no source names: {stale}"
 
 
@@ -230,3 +235,37 @@ def test_sole_leaf_unwraps_nested_groups() -> None:
     error = OSError("cannot listen")
     assert _sole_leaf(ExceptionGroup("outer", [ExceptionGroup("inner", [error])])) is error
     assert _sole_leaf(ExceptionGroup("two", [error, ValueError("x")])) is None
+
+
+def test_env_and_file_references_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.config import resolve_references
+
+    secrets = tmp_path / "secrets.properties"
+    secrets.write_text("password=from-file\n")
+    monkeypatch.setenv("PROXY_PW", "from-env")
+    props = {"upstream.sasl.password": "${env:PROXY_PW}",
+             "upstream.sasl.jaas.config": f'M required username="u" password="${{file:{secrets}:password}}";',
+             "plain": "no $ref {here}"}
+    assert resolve_references(props) == {"upstream.sasl.password": "from-env",
+                                         "upstream.sasl.jaas.config": 'M required username="u" password="from-file";',
+                                         "plain": "no $ref {here}"}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("${env:NO_SUCH_VAR_HERE}", r"^upstream.sasl.password: environment variable NO_SUCH_VAR_HERE \(from \$\{env:NO_SUCH_VAR_HERE\}\) is not set$"),
+    ("${file:nokey}", r"^upstream.sasl.password: write \$\{file:PATH:KEY\}"),
+    ("${file:/no/such/file.properties:pw}", r"^cannot read config file /no/such/file.properties"),
+])
+def test_unresolvable_references_name_the_key(value: str, message: str) -> None:
+    from proxy.config import resolve_references
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_references({"upstream.sasl.password": value})
+
+
+def test_cli_resolves_references_before_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOOT", "127.0.0.1:9092")
+    config = tmp_path / "proxy.properties"
+    config.write_text("bootstrap.servers=${env:BOOT}\n")
+    args = build_parser().parse_args(["serve", "--config", str(config)])
+    assert config_from_args(args).bootstrap == "127.0.0.1:9092"

@@ -40,7 +40,7 @@ def test_describe_names_the_api_partition_and_error(monkeypatch: pytest.MonkeyPa
         {"error_code": 0, "partition_index": 0, "leader_id": 1}]}]}
     offsets = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": 6, "offset": -1}]}]}
     client = _Answers({DESCRIBE_LOG_DIRS: log_dirs, METADATA: metadata, LIST_OFFSETS: offsets}, versions)
-    monkeypatch.setattr("proxy.describe.BrokerClient", lambda _bootstrap: client)
+    monkeypatch.setattr("proxy.describe.BrokerClient", lambda _bootstrap, security=None: client)
     with pytest.raises(DescribeError, match=r"^ListOffsets EARLIEST \(-2\) for t-0: NOT_LEADER_OR_FOLLOWER$"):
         describe("proxy:1", "t")
     no_leader = {"topics": [{"error_code": 0, "name": "t", "is_internal": False, "partitions": [

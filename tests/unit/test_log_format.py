@@ -29,3 +29,14 @@ def test_json_lines_carry_the_traceback_in_a_field():
 def test_text_lines_fold_the_traceback():
     line = OneLineFormatter(TEXT_FORMAT).format(_record_with_traceback())
     assert "\n" not in line and "ValueError: bad | thing" in line
+
+
+def test_hidden_secrets_never_reach_a_line(monkeypatch) -> None:
+    from proxy import log_format
+
+    monkeypatch.setattr(log_format, "_secrets", [])
+    log_format.hide(["s3cr3t", 'Module required password="s3cr3t";', ""])
+    record = logging.LogRecord("kafka.admin.client", logging.DEBUG, __file__, 1, "Starting with configuration: %s",
+                               ({"sasl_plain_password": "s3cr3t", "sasl_plain_username": "proxy"},), None)
+    for line in (OneLineFormatter(TEXT_FORMAT).format(record), JsonFormatter().format(record)):
+        assert "s3cr3t" not in line and "[hidden]" in line and "proxy" in line

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import ssl
 import threading
 import time
 import uuid
@@ -23,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
+from tiering.client_security import ClientSecurity
 from tiering.config import TieringConfig, TopicTiering
 from tiering.copy.copier import GapLog, PartitionCopier, TieringMetrics, delete_remote_segment, now_ms
 from tiering.metadata.codec import metadata_partition
@@ -47,7 +47,7 @@ class RemoteLogManager:
     def __init__(self, bootstrap_servers: str, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager,
                  config: TieringConfig, data_dir: Path, *, broker_id: int = -1,
                  owns: Callable[[TopicIdPartition], bool] = lambda tp: True,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.rsm = rsm
         self.rlmm = rlmm
@@ -55,7 +55,7 @@ class RemoteLogManager:
         self.data_dir = Path(data_dir)
         self.broker_id = broker_id
         self.owns = owns
-        self.ssl_context = ssl_context  # TLS toward the brokers, or None
+        self.security = security or ClientSecurity()  # TLS and SASL toward the brokers
         self.metrics = TieringMetrics()
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
@@ -63,7 +63,7 @@ class RemoteLogManager:
         self._local = threading.local()
         self._clients: list[BrokerClient] = []
         self._clients_lock = threading.Lock()
-        self._control = BrokerClient(bootstrap_servers, ssl_context=ssl_context)
+        self._control = BrokerClient(bootstrap_servers, security=self.security)
         self._pool = ThreadPoolExecutor(config.thread_pool_size, thread_name_prefix="rlm-copier")
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -143,7 +143,7 @@ class RemoteLogManager:
     def _client(self) -> BrokerClient:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = BrokerClient(self.bootstrap_servers, ssl_context=self.ssl_context)
+            client = self._local.client = BrokerClient(self.bootstrap_servers, security=self.security)
             with self._clients_lock:
                 self._clients.append(client)
         return client

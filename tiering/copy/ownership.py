@@ -13,13 +13,13 @@ never copy the same partition at once. An instance that dies loses its partition
 from __future__ import annotations
 
 import logging
-import ssl
 import threading
 from collections.abc import Callable
 
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
+from tiering.client_security import ClientSecurity
 from tiering.metadata.codec import metadata_partition
 from tiering.model import TopicIdPartition
 
@@ -33,7 +33,7 @@ class GroupOwnership:
                  group_id: str = DEFAULT_GROUP_ID, session_timeout_ms: int = 10_000,
                  on_release: Callable[[set[int]], None] = lambda released: None,
                  on_acquire: Callable[[set[int]], None] = lambda acquired: None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 security: ClientSecurity | None = None) -> None:
         self.topic = metadata_topic
         self.partitions = partitions
         self.owned: set[int] = set()
@@ -44,7 +44,7 @@ class GroupOwnership:
             bootstrap_servers=bootstrap_servers, group_id=group_id, enable_auto_commit=False,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=max(session_timeout_ms // 5, 500),
             max_poll_interval_ms=max(300_000, session_timeout_ms * 3), client_id=f"{group_id}-member",
-            **({"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context is not None else {}))
+            **(security or ClientSecurity()).kafka_python_config())
         self._consumer.subscribe([metadata_topic], listener=_Listener(self))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="remote-log-manager-group", daemon=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import ssl
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from protocol.errors import ProtocolError
+from tiering.client_security import ClientSecurity
 from tiering.metadata.codec import deserialize, metadata_partition, serialize
 from tiering.metadata.journal_store import frame, fsync_dir, read_journal
 from tiering.metadata.manager import RemoteLogMetadataManager
@@ -56,7 +56,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
     def __init__(self, bootstrap_servers: str, snapshot_dir: str | os.PathLike[str], *,
                  topic: str = "__remote_log_metadata", partitions: int = 50, replication_factor: int = 1,
                  ready_timeout_s: float = 30.0, write_timeout_s: float = 30.0,
-                 snapshot_interval_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
+                 snapshot_interval_s: float = 30.0, security: ClientSecurity | None = None) -> None:
         super().__init__()
         self.topic = topic
         self.partitions_count = partitions
@@ -67,8 +67,8 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         self.records_replayed = 0
         self._applied = threading.Condition(self._lock)
         self._positions: dict[int, int] = {}  # metadata partition -> next offset to apply
-        # kafka-python takes TLS as these keyword arguments (none: plaintext).
-        self._tls = {"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context is not None else {}
+        # kafka-python takes TLS and SASL as keyword arguments.
+        self._tls = (security or ClientSecurity()).kafka_python_config()
         self._ensure_topic(bootstrap_servers, replication_factor)
         self._load_snapshots()
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0,

@@ -4,11 +4,11 @@ and the ``remote.log.metadata.topic.*`` keys the topic store reads (as in Kafka)
 
 from __future__ import annotations
 
-import ssl
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
+from tiering.client_security import ClientSecurity
 from tiering.config import DEFAULT_METADATA_TOPIC
 from tiering.metadata.journal_store import FileMetadataStore
 from tiering.metadata.manager import RemoteLogMetadataManager
@@ -18,7 +18,7 @@ METADATA_REPLICATION_CONFIG = "remote.log.metadata.topic.replication.factor"
 
 
 def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: Mapping[str, object],
-                      ssl_context: ssl.SSLContext | None = None) -> RemoteLogMetadataManager:
+                      security: ClientSecurity | None = None) -> RemoteLogMetadataManager:
     parts = urllib.parse.urlsplit(uri)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
@@ -32,6 +32,6 @@ def metadata_from_uri(uri: str, bootstrap_servers: str, data_dir: Path, props: M
             bootstrap_servers, data_dir / "metadata-snapshots", topic=topic,
             partitions=int(str(props.get(METADATA_PARTITIONS_CONFIG, 50))),
             replication_factor=int(str(props.get(METADATA_REPLICATION_CONFIG, 1))),
-            ssl_context=ssl_context,
+            security=security,
         )
     raise ValueError(f"metadata URI {uri!r}: expected file:///path or topic://NAME")

@@ -10,6 +10,7 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
+from tiering.client_security import ClientSecurity
 from tiering.config import DEFAULT_METADATA_TOPIC, require_uri
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.state import MetadataState
@@ -21,7 +22,7 @@ class StoreNotFoundError(FileNotFoundError):
 
 
 def load_metadata(metadata_uri: str, bootstrap_servers: str | None = None,
-                  props: Mapping[str, object] | None = None) -> MetadataState:
+                  props: Mapping[str, object] | None = None, security: ClientSecurity | None = None) -> MetadataState:
     parts = require_uri(metadata_uri, "--metadata", "topic://NAME")
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
@@ -33,14 +34,14 @@ def load_metadata(metadata_uri: str, bootstrap_servers: str | None = None,
         raise ValueError(f"metadata URI {metadata_uri!r}: a topic store needs bootstrap servers (cluster or proxy)")
     topic = parts.netloc or parts.path.strip("/") or DEFAULT_METADATA_TOPIC
     # Opening a topic store creates the topic when it is missing: look first.
-    partitions = _topic_partitions(bootstrap_servers, topic)
+    partitions = _topic_partitions(bootstrap_servers, topic, security)
     if partitions is None:
         raise StoreNotFoundError(f"metadata store {metadata_uri}: topic {topic} does not exist on {bootstrap_servers} "
                                  "(nothing has been tiered through it)")
     # The topic's own partition count, so a tool needs no copy of the proxy's config.
     props = {METADATA_PARTITIONS_CONFIG: str(partitions), **(props or {})}
     with tempfile.TemporaryDirectory(prefix="tiered-metadata-") as scratch:
-        store = metadata_from_uri(metadata_uri, bootstrap_servers, Path(scratch), props)
+        store = metadata_from_uri(metadata_uri, bootstrap_servers, Path(scratch), props, security=security)
         try:
             return store.state_snapshot()
         finally:
@@ -64,11 +65,11 @@ def _load_journal(metadata_uri: str, directory: Path) -> MetadataState:
     return state
 
 
-def _topic_partitions(bootstrap_servers: str, topic: str) -> int | None:
+def _topic_partitions(bootstrap_servers: str, topic: str, security: ClientSecurity | None) -> int | None:
     """How many partitions ``topic`` has, or None if it does not exist."""
     from tiering.broker_client import BrokerClient
 
-    client = BrokerClient(bootstrap_servers)
+    client = BrokerClient(bootstrap_servers, security=security)
     try:
         info = client.metadata([topic]).get(topic)
     finally:

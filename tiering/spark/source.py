@@ -19,6 +19,12 @@ names them: ``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``
 ``remote.log.metadata.uri`` and any ``remote.log.storage.s3.*`` keys, as the proxy is configured;
 ``maxBytesPerPartition`` (128 MiB) splits larger segments.
 
+A secured cluster: ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``
+(or ``kafka.sasl.username``/``kafka.sasl.password``) and ``kafka.ssl.*``, as Spark's Kafka source
+takes them. The remote tier has no ACLs of its own, so before planning the driver proves, with
+these credentials, that the cluster lets the job read each topic (Metadata and ListOffsets
+through the proxy, which the brokers authorize), and refuses the job otherwise.
+
 Offsets are planned on the driver from real state: ListOffsets through the proxy (EARLIEST is the
 remote log start) and the metadata store's segments. Executors decode the record batches (every
 codec, control batches skipped, ``read_committed`` from the transaction indexes) into Arrow.
@@ -41,10 +47,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from protocol.errors import ErrorCode
 from protocol.record_set import iter_batches
 from protocol.remote_formats.offset_index import decode_offset_index
 from protocol.remote_formats.transaction_index import decode_transaction_index
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
+from tiering.client_security import KEYS as CLIENT_SECURITY_KEYS
+from tiering.client_security import SPARK_PREFIX, ClientSecurity
 from tiering.metadata.state import MetadataState
 from tiering.metadata.view import load_metadata
 from tiering.model import IndexType, RemoteLogSegmentMetadata
@@ -91,6 +100,9 @@ class Options:
     read_committed: bool = False
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     max_records_per_partition: int | None = None
+    # The job's own Kafka client settings (Spark's names: kafka.security.protocol,
+    # kafka.sasl.jaas.config, ...), kept as text: an SSL context does not travel to executors.
+    client_settings: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -111,7 +123,16 @@ class Options:
             read_committed=isolation == "read_committed",
             max_bytes_per_partition=int(options.get("maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)),
             max_records_per_partition=int(records) if records else None,
-        )
+            client_settings={k: v for k, v in options.items() if k.startswith(SPARK_PREFIX)
+                             and k[len(SPARK_PREFIX):] in CLIENT_SECURITY_KEYS},
+        ).checked()
+
+    def checked(self) -> Options:
+        self.security()  # settings that cannot work fail here, on the driver
+        return self
+
+    def security(self) -> ClientSecurity:
+        return ClientSecurity.from_properties(self.client_settings, prefix=SPARK_PREFIX)
 
 
 class CaseInsensitiveOptions(dict):
@@ -152,6 +173,18 @@ def _partitions_of(client: BrokerClient, options: Mapping[str, str]) -> list[tup
     return sorted((n, p) for n in names for p in topics[n].partitions)
 
 
+class TopicAuthorizationError(PermissionError):
+    """The cluster does not let the job's principal read a topic: nothing of it is planned."""
+
+
+def _refuse_if_unauthorized(topic: str, error: int | None) -> None:
+    # The remote tier holds no ACLs: the planner reads nothing before the brokers, asked through
+    # the proxy with the job's own credentials, have let this principal read the topic.
+    if error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+        raise TopicAuthorizationError(f"not authorized to read topic {topic} (TOPIC_AUTHORIZATION_FAILED from the "
+                                      "cluster for the credentials in the kafka.* options): nothing is read")
+
+
 class _Planner:
     """Driver-side planning: offsets through the proxy, splits from the metadata store."""
 
@@ -160,7 +193,7 @@ class _Planner:
         self.options = Options.parse(options)
 
     def client(self) -> BrokerClient:
-        return BrokerClient(self.options.bootstrap)
+        return BrokerClient(self.options.bootstrap, security=self.options.security())
 
     def partitions(self) -> list[tuple[str, int]]:
         client = self.client()
@@ -175,8 +208,12 @@ class _Planner:
             leaders = {t: info for t, info in client.metadata(sorted({t for t, _ in partitions})).items()}
             out = {}
             for topic, p in partitions:
+                _refuse_if_unauthorized(topic, client.topic_errors.get(topic))
+                if topic not in leaders:
+                    raise RuntimeError(f"topic {topic}: not in the cluster's metadata")
                 error, offset = client.list_offset(leaders[topic].partitions[p].leader, topic, p, timestamp,
                                                    read_committed=self.options.read_committed)
+                _refuse_if_unauthorized(topic, error)
                 if error != 0:
                     raise RuntimeError(f"ListOffsets {timestamp} for {topic}-{p} failed with error {error}")
                 out[(topic, p)] = offset
@@ -236,7 +273,7 @@ class _Planner:
     def _metadata(self) -> MetadataState | None:
         if not self.options.metadata_uri:
             return None
-        return load_metadata(self.options.metadata_uri, self.options.bootstrap, self.raw)
+        return load_metadata(self.options.metadata_uri, self.options.bootstrap, self.raw, self.options.security())
 
     @staticmethod
     def _aborted(rsm, segments: list[RemoteLogSegmentMetadata]) -> list[tuple[int, int, int]]:  # noqa: ANN001
@@ -289,7 +326,7 @@ def read_split(options: Options, split: InputPartition) -> Iterator:
 
 
 def _read_tail(options: Options, split: TailSplit, builder: RowBuilder) -> Iterator:
-    client = BrokerClient(options.bootstrap)
+    client = BrokerClient(options.bootstrap, security=options.security())
     try:
         offset, empty_answers = split.start, 0
         leader = client.metadata([split.topic])[split.topic].partitions[split.partition].leader
