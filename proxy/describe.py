@@ -14,7 +14,7 @@ from typing import Any
 from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA
 from protocol.errors import ErrorCode
 from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
-from tiering.broker_client import BrokerClient, BrokerClientError
+from tiering.broker_client import AuthenticationRequiredError, BrokerClient, BrokerClientError
 from tiering.client_security import ClientSecurity
 
 LIST_OFFSETS_VERSION = 9  # the first with LATEST_TIERED; the proxy offers it whatever the broker
@@ -103,6 +103,9 @@ def _unreachable(bootstrap: str, error: BrokerClientError) -> DescribeError:
         except (OSError, ValueError) as e:
             reasons.append(f"{address} ({getattr(e, 'strerror', None) or e})")
         else:  # something listens there, but does not speak Kafka (or hung up)
+            if isinstance(error, AuthenticationRequiredError):
+                return DescribeError(f"{error}: pass the cluster's client settings (security.protocol, sasl.*) "
+                                     "with --command-config")
             return DescribeError(f"{address} does not answer as Kafka ({error}); describe needs the address "
                                  "of a running tiered-proxy")
     return DescribeError(f"nothing answers at {'; '.join(reasons)}: describe needs the address of a running "

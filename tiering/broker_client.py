@@ -41,6 +41,11 @@ class BrokerClientError(Exception):
     """A broker could not be reached, closed the connection, or answered nonsense."""
 
 
+class AuthenticationRequiredError(BrokerClientError):
+    """A broker answered ApiVersions, then closed the connection on a request this client sent
+    without logging in: what a SASL listener does to a client with no SASL settings."""
+
+
 @dataclass
 class PartitionInfo:
     partition: int
@@ -81,6 +86,7 @@ class _Connection:
         except (OSError, ssl.SSLError) as exc:
             raise BrokerClientError(f"cannot connect to broker {self.address}: {exc}") from None
         self.sock.settimeout(timeout_s)
+        self.authenticating = security.sasl is not None  # a close then is not for want of SASL
         self.versions: dict[int, tuple[int, int]] = {}
         response = self.request(API_VERSIONS, 0, {})
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
@@ -144,6 +150,10 @@ class _Connection:
         while got < n:
             chunk = self.sock.recv_into(view[got:])
             if chunk == 0:
+                if self.versions and not self.authenticating:
+                    raise AuthenticationRequiredError(
+                        f"broker {self.address} answered ApiVersions, then closed the connection: does the "
+                        "cluster require SASL? this client has no SASL settings")
                 raise BrokerClientError(f"broker {self.address} closed the connection")
             got += chunk
         return buf
@@ -194,13 +204,15 @@ class BrokerClient:
             raise
 
     def _any_broker(self, api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        errors = []
+        errors: list[BrokerClientError] = []
         for address in [*self.brokers.values(), *self.bootstrap]:
             try:
                 return self._call(address, api_key, body)
             except BrokerClientError as exc:
-                errors.append(str(exc))
-        raise BrokerClientError("; ".join(errors))
+                errors.append(exc)
+        kind = AuthenticationRequiredError if all(isinstance(e, AuthenticationRequiredError) for e in errors) \
+            else BrokerClientError
+        raise kind("; ".join(map(str, errors)))
 
     def _node(self, node_id: int) -> tuple[str, int]:
         if node_id not in self.brokers:
