@@ -13,6 +13,7 @@ from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.message_schema import _PRIMITIVES, Field
+from protocol.record_parts import RecordParts
 from protocol.varint import read_uvarint, uvarint_bytes
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +209,12 @@ def _encode_value_lines(f: Field, expr: str, gen: _Gen, indent: str, elem: bool 
             lines.append("    out.append(b'\\xff\\xff')")
         else:
             lines.append("    out.append(b'\\xff\\xff\\xff\\xff')")
+        if t == "records":
+            # Pieces of other buffers go into the output by reference (protocol.record_parts).
+            size = "_uvarint_bytes({n} + 1)" if flex else "_p_i32({n})"
+            lines.append(f"elif type({v}) is _RecordParts:")
+            lines.append(f"    out.append({size.format(n=v + '.nbytes')})")
+            lines.append(f"    out.extend({v})")
         lines.append("else:")
         if t == "string":
             lines.append(f"    {v} = {v}.encode('utf-8')")
@@ -279,6 +286,7 @@ _RUNTIME: dict[str, Any] = {
     "_i32": _i32,
     "_p_i16": _p_i16,
     "_p_i32": _p_i32,
+    "_RecordParts": RecordParts,
 }
 for _name, (_fmt, _size, _default) in _PRIMITIVES.items():
     _s = struct.Struct(">" + _fmt)

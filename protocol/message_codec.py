@@ -51,12 +51,18 @@ class Codec:
         return msg
 
     def encode(self, msg: Message) -> bytes:
+        return b"".join(self.encode_parts(msg))
+
+    def encode_parts(self, msg: Message) -> list:
+        """The encoding as a list of bytes-like pieces, ``records`` given as
+        :class:`~protocol.record_parts.RecordParts` among them by reference: join it once, with
+        whatever goes before it."""
         out: list = []
         try:
             self.encode_into(msg, out)
         except (struct.error, TypeError, AttributeError, KeyError) as e:
             raise ValueError(f"cannot encode {self.schema.name} v{self.version}: {e!r}") from None
-        return b"".join(out)
+        return out
 
 
 @cache

@@ -40,9 +40,10 @@ class Message:
     __slots__ = ("frame", "body_at", "_decode", "_encode", "_body", "_changed", "_head")
 
     def __init__(self, frame: memoryview, body_at: int, decode: Callable[[memoryview], dict[str, Any]],
-                 encode: Callable[[dict[str, Any]], bytes], head: bytes | None = None) -> None:
-        """``head``: a header to send instead of the frame's own (a message translated to another
-        version), which also means the body is always re-encoded."""
+                 encode: Callable[[dict[str, Any]], list[Any]], head: bytes | None = None) -> None:
+        """``encode`` gives the body as pieces (``Codec.encode_parts``), joined once with the
+        header. ``head``: a header to send instead of the frame's own (a message translated to
+        another version), which also means the body is always re-encoded."""
         self.frame = frame
         self.body_at = body_at
         self._decode = decode
@@ -68,8 +69,8 @@ class Message:
     def to_frame(self) -> bytes | memoryview:
         if not self._changed:
             return self.frame
-        head = self._head if self._head is not None else bytes(self.frame[:self.body_at])
-        return head + self._encode(self.body)
+        head = self._head if self._head is not None else self.frame[:self.body_at]
+        return b"".join([head, *self._encode(self.body)])  # the one copy of the record bytes
 
 
 ResponseHook = Callable[["RequestContext", Message], Awaitable[None]]
@@ -125,7 +126,7 @@ class RequestContext:
         asked = self.upstream_version if self.translated else self.version
         _, body_at = decode_response_header(frame, self.api.response_header_version(asked))
         decode = self.api.response_codec(asked).decode
-        encode = self.api.response_codec(self.version).encode
+        encode = self.api.response_codec(self.version).encode_parts
         head = (encode_response_header(self.correlation_id, self.api.response_header_version(self.version))
                 if self.translated else None)
         return Message(frame, body_at, decode, encode, head)

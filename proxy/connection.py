@@ -201,7 +201,7 @@ class ClientConnection:
             header, body_at = decode_request_header(view, spec.request_header_version(version))
             codec = spec.request_codec(version)
             assert self.versions is not None
-            ctx = RequestContext(spec, version, corr, header, Message(view, body_at, codec.decode, codec.encode),
+            ctx = RequestContext(spec, version, corr, header, Message(view, body_at, codec.decode, codec.encode_parts),
                                  self.node_id, self.peer, self.versions.ranges)
             for f in filters:
                 answer = await f.on_request(ctx)

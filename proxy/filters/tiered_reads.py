@@ -273,8 +273,8 @@ class TieredReads(Filter):
                         {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in result.aborted
                     ] if read_committed else None
                 self.remote_fetches += 1
-                self.remote_fetch_bytes += len(result.records)
-                self.by_topic.add(tp.topic, requests=1, bytes=len(result.records))
+                self.remote_fetch_bytes += result.size
+                self.by_topic.add(tp.topic, requests=1, bytes=result.size)
         if changed:
             message.changed()
 

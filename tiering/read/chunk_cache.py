@@ -50,17 +50,28 @@ class ChunkCache:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
-    def read(self, segment: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
-        """Bytes ``start..end`` (inclusive, clamped to the object) of the segment's ``.log``."""
+    def read(self, segment: RemoteLogSegmentMetadata, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``start..end`` (inclusive, clamped to the object) of the segment's ``.log``: a view
+        of the cached chunk when one chunk holds them, joined otherwise."""
+        pieces = self.views(segment, start, end)
+        if not pieces:
+            return b""
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def views(self, segment: RemoteLogSegmentMetadata, start: int, end: int) -> list[memoryview]:
+        """Bytes ``start..end`` (inclusive, clamped) as views of the cached chunks, copying nothing.
+        A view keeps its chunk alive after eviction until the response holding it is sent."""
         end = min(end, segment.segment_size_bytes - 1)
         if start > end:
-            return b""
+            return []
         first, last = start // self.chunk_bytes, end // self.chunk_bytes
-        parts = [self._chunk(segment, index, prefetched=False) for index in range(first, last + 1)]
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        offset = first * self.chunk_bytes
+        pieces = []
+        for index in range(first, last + 1):
+            base = index * self.chunk_bytes
+            chunk = memoryview(self._chunk(segment, index, prefetched=False))
+            pieces.append(chunk[max(start - base, 0):min(end - base + 1, len(chunk))])
         self._prefetch_after(segment, last)
-        return data[start - offset:end - offset + 1]
+        return pieces
 
     def _chunk(self, segment: RemoteLogSegmentMetadata, index: int, *, prefetched: bool) -> bytes:
         key = (segment.segment_id, index)

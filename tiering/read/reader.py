@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.record_batch import HEADER_SIZE, read_header
+from protocol.record_parts import RecordParts
 from protocol.record_set import iter_batches
 from protocol.records import decode_records
 from protocol.remote_formats.offset_index import lookup_position
@@ -31,9 +32,13 @@ _SCAN_CHUNK = 64 * 1024
 
 @dataclass
 class RemoteRead:
-    records: bytes
+    records: RecordParts  # views of the chunk cache's chunks (or one read), spliced into the answer
     next_offset: int  # the offset after the last returned batch
     aborted: list[AbortedTxn]
+
+    @property
+    def size(self) -> int:
+        return self.records.nbytes
 
 
 class RemoteReader:
@@ -110,21 +115,22 @@ class RemoteReader:
         segment = self.rlmm.segment_for_offset(tp, offset)
         if segment is None:
             return None
-        out = bytearray()
+        pieces: list[bytes | memoryview] = []
+        size = 0
         first_offset = offset
         while segment is not None:
             position = self._position(segment, offset)
-            budget = max(max_bytes - len(out), 0)
-            chunk = self._batches(segment, position, offset, budget, must_return_one=not out)
-            out += chunk
-            if chunk:
-                last = _last_offset(chunk)
+            found = self._batches(segment, position, offset, max(max_bytes - size, 0), must_return_one=not pieces)
+            if found is not None:
+                batches, last = found
+                pieces += batches
+                size += sum(len(b) for b in batches)
                 offset = last + 1
-            if offset <= segment.end_offset or len(out) >= max_bytes:
+            if offset <= segment.end_offset or size >= max_bytes:
                 break  # the budget ended inside this segment
             segment = self.rlmm.segment_for_offset(tp, segment.end_offset + 1)
-        aborted = self._aborted(tp, first_offset, offset) if read_committed and out else []
-        return RemoteRead(bytes(out), offset, aborted)
+        aborted = self._aborted(tp, first_offset, offset) if read_committed and pieces else []
+        return RemoteRead(RecordParts(pieces), offset, aborted)
 
     def _position(self, segment: RemoteLogSegmentMetadata, offset: int) -> int:
         if offset <= segment.start_offset:
@@ -133,29 +139,26 @@ class RemoteReader:
         return lookup_position(index, segment.start_offset, offset).position
 
     def _batches(self, segment: RemoteLogSegmentMetadata, position: int, offset: int, budget: int,
-                 *, must_return_one: bool) -> bytes:
-        """Whole batches from ``position`` (skipping those that end before ``offset``)."""
+                 *, must_return_one: bool) -> tuple[list[bytes | memoryview], int] | None:
+        """The whole batches from ``position`` (skipping those that end before ``offset``) that fit
+        ``budget`` (at least one if ``must_return_one``), as pieces of the chunk cache's chunks
+        (or of one read), and the last offset in them; None when there is none."""
         size = segment.segment_size_bytes
-        # Skip forward over batches that end before offset, reading headers only.
-        while position < size:
-            header_bytes = self._fetch(segment, position, min(position + HEADER_SIZE, size) - 1)
-            header = read_header(header_bytes, 0)
+        while position < size:  # skip forward over batches that end before offset, headers only
+            header = read_header(self._fetch(segment, position, min(position + HEADER_SIZE, size) - 1), 0)
             if header.last_offset >= offset:
                 break
             position += header.size
         if position >= size:
-            return b""
-        want = max(budget, 0)
-        if must_return_one:
-            header = read_header(self._fetch(segment, position, position + HEADER_SIZE - 1), 0)
-            want = max(want, header.size)
+            return None
+        want = max(budget, header.size if must_return_one else 0)
         if want <= 0:
-            return b""
-        data = self._fetch(segment, position, min(position + want, size) - 1)
-        whole = 0
-        for _, batch in iter_batches(data):
-            whole += len(batch)
-        return data[:whole]
+            return None
+        end = min(position + want, size) - 1
+        pieces: list[bytes | memoryview] = self.chunks.views(segment, position, end) if self.chunks is not None \
+            else [self.rsm.fetch_log_segment(segment, position, end)]
+        whole, last = _whole_batches(pieces)
+        return (_prefix(pieces, whole), last) if whole else None
 
     def _aborted(self, tp: TopicIdPartition, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper): their markers are at or after start,
@@ -208,9 +211,43 @@ class RemoteReader:
         return None
 
 
-def _last_offset(batches: bytes) -> int:
-    last = -1
-    for header, _ in iter_batches(batches):
-        last = header.last_offset
-    return last
 
+
+
+def _whole_batches(pieces: list[bytes | memoryview]) -> tuple[int, int]:
+    """(bytes, last offset) of the whole batches at the start of the pieces' concatenation,
+    reading only their headers (a header split between two pieces is joined: 61 bytes)."""
+    total = sum(len(p) for p in pieces)
+    position, last = 0, -1
+    index, base = 0, 0  # the piece holding ``position`` and where it starts
+    while total - position >= HEADER_SIZE:
+        while position - base >= len(pieces[index]):
+            base += len(pieces[index])
+            index += 1
+        relative = position - base
+        piece = pieces[index]
+        if relative + HEADER_SIZE <= len(piece):
+            header = read_header(piece, relative)
+        else:
+            head = bytearray(piece[relative:])
+            for following in pieces[index + 1:]:
+                if len(head) >= HEADER_SIZE:
+                    break
+                head += following[:HEADER_SIZE - len(head)]
+            header = read_header(head, 0)
+        if position + header.size > total:
+            break
+        position += header.size
+        last = header.last_offset
+    return position, last
+
+
+def _prefix(pieces: list[bytes | memoryview], length: int) -> list[bytes | memoryview]:
+    """The first ``length`` bytes of the pieces' concatenation, as pieces (views, no copy)."""
+    out: list[bytes | memoryview] = []
+    for piece in pieces:
+        if length <= 0:
+            break
+        out.append(piece if len(piece) <= length else memoryview(piece)[:length])
+        length -= len(piece)
+    return out
