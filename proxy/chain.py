@@ -69,8 +69,15 @@ class Message:
     def to_frame(self) -> bytes | memoryview:
         if not self._changed:
             return self.frame
+        return b"".join(self.to_pieces())
+
+    def to_pieces(self) -> list[Any]:
+        """The re-encoded frame as pieces (header, encoded fields, record bytes by reference), for
+        a vectored write; the unchanged frame as its one piece."""
+        if not self._changed:
+            return [self.frame]
         head = self._head if self._head is not None else self.frame[:self.body_at]
-        return b"".join([head, *self._encode(self.body)])  # the one copy of the record bytes
+        return [head, *self._encode(self.body)]
 
 
 ResponseHook = Callable[["RequestContext", Message], Awaitable[None]]

@@ -53,7 +53,7 @@ class Slot:
 
     def __init__(self, api_key: int, version: int) -> None:
         self.done = trio.Event()
-        self.payload: bytes | bytearray | memoryview | None = None  # None: nothing goes back to the client
+        self.payload: bytes | bytearray | memoryview | list[Any] | None = None  # None: nothing goes back to the client
         self.api_key = api_key
         self.version = version
         self.started = time.perf_counter()
@@ -61,7 +61,7 @@ class Slot:
         # the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0)
         self.outcome = "forwarded"
 
-    def resolve(self, payload: bytes | bytearray | memoryview | None) -> None:
+    def resolve(self, payload: bytes | bytearray | memoryview | list[Any] | None) -> None:
         self.payload = payload
         self.done.set()
 
@@ -171,7 +171,7 @@ class ClientConnection:
             await slot.done.wait()
             if slot.payload is not None:
                 await self.client.write_frame(slot.payload)
-                metrics.bytes_out += len(slot.payload) + 4
+                metrics.bytes_out += _size(slot.payload) + 4
             self.proxy.request_done(slot.api_key, slot.outcome, time.perf_counter() - slot.started)
         self._drained.set()
 
@@ -226,12 +226,13 @@ class ClientConnection:
         await self.upstream.write_frame(out)  # type: ignore[union-attr]
 
     @staticmethod
-    async def _respond_through(ctx: RequestContext, frame: memoryview) -> bytes | memoryview:
+    async def _respond_through(ctx: RequestContext, frame: memoryview) -> bytes | memoryview | list[Any]:
         """The broker's answer through the hooks of the filters that asked, last filter first."""
         response = ctx.response_message(frame)
         for hook in reversed(ctx.response_hooks):
             await hook(ctx, response)
-        return response.to_frame()
+        # Pieces: remote record bytes go to the socket by reference (proxy/framing.py).
+        return response.to_pieces() if response.is_changed else frame
 
     def _answer_api_versions(self, spec: Api, version: int, corr: int) -> bytes:
         assert self.versions is not None
@@ -307,6 +308,10 @@ class ClientConnection:
                 entry.slot.resolve(await self._respond_through(entry.ctx, view))
             else:
                 entry.slot.resolve(frame)
+
+
+def _size(payload: bytes | bytearray | memoryview | list[Any]) -> int:
+    return sum(len(p) for p in payload) if isinstance(payload, list) else len(payload)
 
 
 def _leaf_exceptions(error: BaseException) -> list[BaseException]:

@@ -8,6 +8,12 @@ import trio
 
 _SIZE = struct.Struct(">i")
 _RECV_CHUNK = 256 * 1024
+# Pieces at least this large go to sendmsg by reference; smaller neighbours are joined first (one
+# small copy) so a frame of many encoded fields is a handful of iovecs, never IOV_MAX.
+_BY_REFERENCE = 16 * 1024
+_MAX_IOVECS = 512
+
+Frame = bytes | bytearray | memoryview | list  # a list: the frame's payload in pieces
 
 
 class FrameError(Exception):
@@ -61,13 +67,36 @@ class FrameStream:
             have += n
         return frame
 
-    async def write_frame(self, payload: bytes | bytearray | memoryview) -> None:
+    async def write_frame(self, payload: Frame) -> None:
+        if isinstance(payload, list):
+            await self._write_pieces(payload)
+            return
         self.bytes_out += 4 + len(payload)
         if len(payload) < 64 * 1024:
             await self.stream.send_all(_SIZE.pack(len(payload)) + bytes(payload))
         else:
             await self.stream.send_all(_SIZE.pack(len(payload)))
             await self.stream.send_all(payload)
+
+    async def _write_pieces(self, pieces: list) -> None:
+        """A frame whose payload is given in pieces (record bytes as views of cached chunks):
+        on plain TCP written with vectored sends, so the large pieces are never copied in user
+        space; over TLS joined once (the TLS layer copies anyway)."""
+        total = sum(len(p) for p in pieces)
+        self.bytes_out += 4 + total
+        buffers = _coalesce([_SIZE.pack(total), *pieces])
+        if not isinstance(self.stream, trio.SocketStream) or len(buffers) > _MAX_IOVECS:
+            await self.stream.send_all(b"".join(buffers))
+            return
+        sock = self.stream.socket
+        views = [memoryview(b).cast("B") for b in buffers]
+        while views:
+            sent = await sock.sendmsg(views)
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
 
     async def write_raw(self, data: bytes | bytearray | memoryview) -> None:
         """Send bytes that already carry their size prefix."""
@@ -96,3 +125,20 @@ class _StreamReader:
 
 def frame_size_prefix(payload_len: int) -> bytes:
     return _SIZE.pack(payload_len)
+
+
+def _coalesce(pieces: list) -> list:
+    """Small neighbouring pieces joined; pieces of at least _BY_REFERENCE kept as they are."""
+    out: list = []
+    small: list = []
+    for piece in pieces:
+        if len(piece) >= _BY_REFERENCE:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(piece)
+        elif len(piece):
+            small.append(piece)
+    if small:
+        out.append(b"".join(small))
+    return out
