@@ -46,6 +46,10 @@ class AuthenticationRequiredError(BrokerClientError):
     without logging in: what a SASL listener does to a client with no SASL settings."""
 
 
+class _PeerClosed(Exception):
+    """The broker closed the connection before a whole answer arrived."""
+
+
 @dataclass
 class PartitionInfo:
     partition: int
@@ -134,6 +138,13 @@ class _Connection:
             if not 0 <= size <= self.max_response_bytes:
                 raise BrokerClientError(f"broker {self.address} sent a {size}-byte frame")
             frame = memoryview(self._read_exactly(size))
+        except _PeerClosed:
+            self.close()
+            if self.versions and not self.authenticating:
+                raise AuthenticationRequiredError(
+                    f"broker {self.address} answered ApiVersions, then closed the connection on {spec.name} (if the "
+                    "cluster requires SASL: this client has no SASL settings)") from None
+            raise BrokerClientError(f"broker {self.address} closed the connection") from None
         except OSError as exc:
             self.close()
             raise BrokerClientError(f"{spec.name} to {self.address} failed: {exc}") from None
@@ -150,11 +161,7 @@ class _Connection:
         while got < n:
             chunk = self.sock.recv_into(view[got:])
             if chunk == 0:
-                if self.versions and not self.authenticating:
-                    raise AuthenticationRequiredError(
-                        f"broker {self.address} answered ApiVersions, then closed the connection: does the "
-                        "cluster require SASL? this client has no SASL settings")
-                raise BrokerClientError(f"broker {self.address} closed the connection")
+                raise _PeerClosed
             got += chunk
         return buf
 

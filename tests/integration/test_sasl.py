@@ -294,7 +294,8 @@ def test_describe_and_segments_take_a_command_config(cluster: Cluster) -> None:
     unauthenticated = subprocess.run([*cli, "describe", "--bootstrap-servers", cluster.proxy.bootstrap],
                                      capture_output=True, text=True, timeout=90)
     assert unauthenticated.returncode == 1 and unauthenticated.stderr.count("\n") == 1, unauthenticated.stderr
-    assert "does the cluster require SASL?" in unauthenticated.stderr
+    assert "then closed the connection on Metadata (if the cluster requires SASL: this client has no SASL " \
+           "settings)" in unauthenticated.stderr
     assert unauthenticated.stderr.endswith("with --command-config\n")
 
 
