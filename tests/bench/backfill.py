@@ -10,6 +10,7 @@ reading it from offset 0 through the proxy comes from the remote tier. For each 
 - backfill: a confluent-kafka consumer reads every record from offset 0 (payload MB/s, records/s);
 - the proxy's CPU seconds per GB of payload served in that backfill (user + system, from /proc):
   less noisy than throughput on a small machine where broker, proxy and client share the cores;
+- the proxy's peak resident memory (VmHWM) at the end of that backfill;
 - the proxy's segment chunk cache hit ratio and prefetches for that backfill (from its shutdown line).
 
     python -m tests.bench.backfill [--megabytes 100] [--segment-mb 2] [--value-bytes 1000]
@@ -121,6 +122,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set size so far (Linux /proc), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    return float("nan")
+
+
 def mostly_trimmed(client: BrokerClient, leader: int, topic: str) -> bool:
     """The broker's log start is past 60% of every partition (the rest: the local retention)."""
     return all(client.list_offset(leader, topic, p, EARLIEST)[1] >= client.list_offset(leader, topic, p, LATEST)[1] * 0.6
@@ -157,7 +166,7 @@ def main() -> None:
         direct_s = statistics.median(t for t, _, _ in times)
         payload = times[0][2]
         direct_fb = statistics.median(first_byte_ms(bootstrap, direct) for _ in range(3))
-        print(f"{'source':<28}{'MB/s':>9}{'rec/s':>11}{'vs direct':>11}{'first byte ms':>15}{'proxy CPU s/GB':>16}")
+        print(f"{'source':<28}{'MB/s':>9}{'rec/s':>11}{'vs direct':>11}{'first byte ms':>15}{'proxy CPU s/GB':>16}{'peak RSS MB':>13}")
         print(f"{'broker, direct':<28}{payload / direct_s / 1e6:>9.1f}{count / direct_s:>11.0f}{1:>11.2f}"
               f"{direct_fb:>15.1f}")
 
@@ -191,15 +200,17 @@ def main() -> None:
                     cpu = cpu_seconds(proxy.process.pid)
                     seconds, got, size = backfill(proxy.bootstrap, tiered_topic, count)
                     cpu = cpu_seconds(proxy.process.pid) - cpu
+                    rss = peak_rss_mb(proxy.process.pid)
                     assert got == count, f"read {got} of {count}"
                 finally:
                     proxy.stop()
-                results.append((seconds, cold, cache_line(proxy), cpu / (size / 1e9)))
+                results.append((seconds, cold, cache_line(proxy), cpu / (size / 1e9), rss))
             seconds = statistics.median(r[0] for r in results)
             cold = statistics.median(r[1] for r in results)
             cpu_per_gb = statistics.median(r[3] for r in results)
+            rss = max(r[4] for r in results)
             print(f"{'proxy, remote ' + name:<28}{payload / seconds / 1e6:>9.1f}{count / seconds:>11.0f}"
-                  f"{direct_s / seconds:>11.2f}{cold:>15.1f}{cpu_per_gb:>16.2f}")
+                  f"{direct_s / seconds:>11.2f}{cold:>15.1f}{cpu_per_gb:>16.2f}{rss:>13.0f}")
             print(f"    {results[-1][2]}")
         low = [client.list_offset(leader, tiered, p, EARLIEST)[1] for p in range(PARTITIONS)]
         print(f"broker log start of the tiered topic: {low} (of {count // PARTITIONS} per partition)")
