@@ -211,9 +211,6 @@ class RemoteReader:
         return None
 
 
-
-
-
 def _whole_batches(pieces: list[bytes | memoryview]) -> tuple[int, int]:
     """(bytes, last offset) of the whole batches at the start of the pieces' concatenation,
     reading only their headers (a header split between two pieces is joined: 61 bytes)."""
