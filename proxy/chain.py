@@ -30,6 +30,7 @@ from protocol.headers import (
     encode_request_header,
     encode_response_header,
 )
+from proxy.byte_budget import ByteBudget, Holding
 from proxy.config import ProxyConfig
 
 
@@ -104,6 +105,8 @@ class RequestContext:
     broker_versions: dict[int, tuple[int, int]]  # API key -> versions the broker itself offers
     response_hooks: list[ResponseHook] = field(default_factory=list)
     upstream_version: int = -1  # the version the broker is asked at; -1: the client's
+    # Bytes held for the answer (ByteBudget holdings); released once the client has it.
+    held: list[Holding] = field(default_factory=list)
 
     def on_response(self, hook: ResponseHook) -> None:
         """See (and possibly change) the broker's answer to this request."""
@@ -156,6 +159,7 @@ class CoreMetrics:
     outcomes: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)  # (api, outcome)
     bytes_in: int = 0
     bytes_out: int = 0
+    budgets: list[ByteBudget] = field(default_factory=list)  # bytes held, by setting (filters add theirs)
 
 
 class Core(Protocol):

@@ -75,6 +75,9 @@ class ProxyConfig:
     # request limit; some brokers ignore fetch byte limits altogether).
     upstream_response_max_bytes: int = 1024 * 1024 * 1024
     max_in_flight_requests: int = 1000
+    # Bytes of broker answers held for clients (all connections together): an answer waits to be
+    # read from its broker until it fits, so slow clients push back on the brokers, not on memory.
+    response_buffer_max_bytes: int = 64 * 1024 * 1024
     metadata_refresh_ms: int = 30_000
     upstream_connect_timeout_ms: int = 10_000
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
@@ -170,6 +173,7 @@ class ProxyConfig:
             socket_request_max_bytes=take_int("socket.request.max.bytes", 100 * 1024 * 1024),
             upstream_response_max_bytes=take_int("proxy.upstream.response.max.bytes", 1024 * 1024 * 1024),
             max_in_flight_requests=take_int("proxy.max.in.flight.requests", 1000),
+            response_buffer_max_bytes=take_int("proxy.response.buffer.max.bytes", 64 * 1024 * 1024),
             metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,

@@ -22,6 +22,7 @@ from protocol.apis import API_VERSIONS, PRODUCE, Api, all_apis
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.headers import decode_request_header, encode_response_header, peek_request
 from protocol.varint import read_uvarint
+from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, CoreMetrics, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from proxy.framing import FrameError, FrameStream
@@ -38,6 +39,7 @@ class Server(Protocol):
     config: ProxyConfig
     metrics: CoreMetrics
     filters_for: Mapping[int, tuple[Filter, ...]]  # API key -> its filters, in chain order
+    response_budget: ByteBudget  # broker answers held for clients, all connections together
 
     async def connect_upstream(self, node_id: int | None) -> tuple[FrameStream, BrokerVersions]: ...
 
@@ -49,7 +51,7 @@ class Server(Protocol):
 class Slot:
     """The place of one request's response in the connection's response order."""
 
-    __slots__ = ("done", "payload", "api_key", "version", "started", "outcome")
+    __slots__ = ("done", "payload", "api_key", "version", "started", "outcome", "held")
 
     def __init__(self, api_key: int, version: int) -> None:
         self.done = trio.Event()
@@ -60,6 +62,12 @@ class Slot:
         # forwarded (as is), rewritten (the proxy changed request or answer), local (answered by
         # the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0)
         self.outcome = "forwarded"
+        self.held: list[Holding] = []  # budget bytes the answer takes until the client has it
+
+    def release(self) -> None:
+        for holding in self.held:
+            holding.release()
+        self.held.clear()
 
     def resolve(self, payload: bytes | bytearray | memoryview | list[Any] | None) -> None:
         self.payload = payload
@@ -109,6 +117,7 @@ class ClientConnection:
         self._slots_out = receive
         self._nursery: trio.Nursery | None = None
         self._drained = trio.Event()
+        self._unsent: set[Slot] = set()  # slots not yet written: what they hold goes back at close
 
     async def serve(self) -> None:
         metrics = self.proxy.metrics
@@ -126,6 +135,8 @@ class ClientConnection:
             self._report(e)
         finally:
             metrics.connections_open -= 1
+            for slot in self._unsent:
+                slot.release()
             await self.client.aclose()
             if self.upstream is not None:
                 await self.upstream.aclose()
@@ -172,6 +183,8 @@ class ClientConnection:
             if slot.payload is not None:
                 await self.client.write_frame(slot.payload)
                 metrics.bytes_out += _size(slot.payload) + 4
+            slot.release()
+            self._unsent.discard(slot)
             self.proxy.request_done(slot.api_key, slot.outcome, time.perf_counter() - slot.started)
         self._drained.set()
 
@@ -179,6 +192,7 @@ class ClientConnection:
         view = memoryview(frame)
         api_key, version, corr = peek_request(view)
         slot = Slot(api_key, version)
+        self._unsent.add(slot)
         await self._slots_in.send(slot)
         spec = all_apis().get(api_key)
         if spec is None:
@@ -202,7 +216,7 @@ class ClientConnection:
             codec = spec.request_codec(version)
             assert self.versions is not None
             ctx = RequestContext(spec, version, corr, header, Message(view, body_at, codec.decode, codec.encode_parts),
-                                 self.node_id, self.peer, self.versions.ranges)
+                                 self.node_id, self.peer, self.versions.ranges, held=slot.held)
             for f in filters:
                 answer = await f.on_request(ctx)
                 if isinstance(answer, Answer):
@@ -282,32 +296,51 @@ class ClientConnection:
 
     async def _upstream_loop(self) -> None:
         assert self.upstream is not None
-        pending = self._pending
+        budget = self.proxy.response_budget
         while True:
-            frame = await self.upstream.read_frame()
-            if frame is None:
-                if pending and any(p.slot is not None for p in pending):
-                    raise UpstreamError(f"broker {self._target()} closed the connection with requests in flight")
-                raise UpstreamError(f"broker {self._target()} closed the connection")
-            view = memoryview(frame)
-            if len(view) < 4:
-                raise UpstreamError("broker sent a response shorter than its header")
-            (corr,) = struct.unpack_from(">i", view, 0)
-            while pending and pending[0].correlation_id != corr:
-                skipped = pending.popleft()
-                if skipped.slot is not None:
-                    raise UpstreamError(
-                        f"broker answered correlation id {corr} before {skipped.correlation_id}"
-                    )
-            if not pending:
-                raise UpstreamError(f"broker sent a response with unknown correlation id {corr}")
-            entry = pending.popleft()
+            # Room for the answer first: while there is none it stays in the broker's socket. A
+            # connection holding no answer always gets one, so a client that stops reading can
+            # hold up its own answers but never another client's.
+            size = await self.upstream.next_frame_size() or 0
+            holding = await budget.acquire(size) if self._holds_answers() else budget.take(size)
+            try:
+                frame, entry = await self._next_answer()
+            except BaseException:
+                holding.release()
+                raise
             if entry.slot is None:
+                holding.release()
                 continue  # acks=0: the client expects nothing
+            entry.slot.held.append(holding)
             if entry.ctx is not None:
-                entry.slot.resolve(await self._respond_through(entry.ctx, view))
+                entry.slot.resolve(await self._respond_through(entry.ctx, memoryview(frame)))
             else:
                 entry.slot.resolve(frame)
+
+    def _holds_answers(self) -> bool:
+        return any(slot.held for slot in self._unsent)
+
+    async def _next_answer(self) -> tuple[bytes | bytearray, Pending]:
+        """The broker's next answer and the request it answers."""
+        assert self.upstream is not None
+        pending = self._pending
+        frame = await self.upstream.read_frame()
+        if frame is None:
+            if pending and any(p.slot is not None for p in pending):
+                raise UpstreamError(f"broker {self._target()} closed the connection with requests in flight")
+            raise UpstreamError(f"broker {self._target()} closed the connection")
+        if len(frame) < 4:
+            raise UpstreamError("broker sent a response shorter than its header")
+        (corr,) = struct.unpack_from(">i", frame, 0)
+        while pending and pending[0].correlation_id != corr:
+            skipped = pending.popleft()
+            if skipped.slot is not None:
+                raise UpstreamError(
+                    f"broker answered correlation id {corr} before {skipped.correlation_id}"
+                )
+        if not pending:
+            raise UpstreamError(f"broker sent a response with unknown correlation id {corr}")
+        return frame, pending.popleft()
 
 
 def _size(payload: bytes | bytearray | memoryview | list[Any]) -> int:

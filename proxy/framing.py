@@ -36,8 +36,9 @@ class FrameStream:
         self.bytes_in = 0
         self.bytes_out = 0
 
-    async def read_frame(self) -> bytearray | bytes | None:
-        """The next frame's payload, or None when the peer closed cleanly between frames."""
+    async def next_frame_size(self) -> int | None:
+        """The payload size of the next frame (read from its header, the payload left unread),
+        or None when the peer closed cleanly between frames."""
         buf = self._buf
         while len(buf) < 4:
             chunk = await self._sock.recv(_RECV_CHUNK)
@@ -49,6 +50,14 @@ class FrameStream:
         (size,) = _SIZE.unpack_from(buf, 0)
         if size < 0 or size > self.max_frame_bytes:
             raise FrameError(f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)")
+        return size
+
+    async def read_frame(self) -> bytearray | bytes | None:
+        """The next frame's payload, or None when the peer closed cleanly between frames."""
+        size = await self.next_frame_size()
+        if size is None:
+            return None
+        buf = self._buf
         total = 4 + size
         self.bytes_in += total
         if len(buf) >= total:

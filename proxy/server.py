@@ -12,6 +12,7 @@ from typing import Protocol
 import trio
 
 from protocol.apis import METADATA, SASL_HANDSHAKE, all_apis
+from proxy.byte_budget import ByteBudget
 from proxy.chain import CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
 from proxy.connection import ClientConnection
@@ -47,6 +48,8 @@ class Proxy:
         self.services = list(services or [])
         self.cluster = ClusterView()
         self.metrics = CoreMetrics()
+        self.response_budget = ByteBudget(config.response_buffer_max_bytes, "proxy.response.buffer.max.bytes")
+        self.metrics.budgets.append(self.response_budget)
         self.listen_ports: dict[int | None, int] = {}  # node id (None: bootstrap) -> bound port
         self._listener_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None

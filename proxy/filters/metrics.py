@@ -70,6 +70,15 @@ class ProxyCollector(Collector):
         for (api_key, outcome), count in sorted(m.outcomes.items()):
             requests.add_metric([names.get(api_key, str(api_key)), outcome], count)
         yield requests
+        held = GaugeMetricFamily("tiered_proxy_buffered_bytes", "Bytes of answers held for clients, by the "
+                                 "setting that bounds them", labels=["budget"])
+        peak = GaugeMetricFamily("tiered_proxy_buffered_bytes_peak", "Most bytes held at once", labels=["budget"])
+        waits = CounterMetricFamily("tiered_proxy_buffer_waits", "Answers that waited for room", labels=["budget"])
+        for budget in m.budgets:
+            held.add_metric([budget.name], budget.used)
+            peak.add_metric([budget.name], budget.peak)
+            waits.add_metric([budget.name], budget.waits)
+        yield from (held, peak, waits)
 
     def _remote_metrics(self) -> Iterator:
         tiering = self.tiering

@@ -8,7 +8,12 @@ parallel on worker threads (at most ``remote.log.reader.threads`` at once across
 wait at most ``remote.fetch.max.wait.ms``. A read that fails or does not finish in time is
 logged and counted as TIERED_STORAGE_NOT_AVAILABLE and answers that partition with
 KAFKA_STORAGE_ERROR (56): kafka-python, aiokafka and confluent-kafka all retry it at the same
-position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), what Kafka itself
+position (tests/integration/test_remote_outage.py). Remote record bytes in answers not yet
+written to their clients are bounded by ``proxy.remote.fetch.buffer.max.bytes``: a read waits
+for room (within the same wait) and reads no more than the room it got, at least one batch; the
+first partition of each request is read without waiting, so the bound is the buffer plus one
+partition's answer per Fetch in flight.
+UNKNOWN_SERVER_ERROR (-1), what Kafka itself
 sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
@@ -43,7 +48,8 @@ import trio
 
 from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
-from proxy.chain import Answer, Filter, Message, RequestContext
+from proxy.byte_budget import ByteBudget
+from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteRead, RemoteReader
 from tiering.service import TieringService
@@ -62,6 +68,9 @@ LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy
 FETCH_MAX_VERSION = 15
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
+# A remote read waits for at least this much room in the remote fetch buffer (or all of a smaller
+# limit) rather than start with a sliver; it returns at least one batch whatever it was granted.
+_MIN_REMOTE_GRANT = 1 << 20
 # The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 # A partition as a Fetch of some version names it: (topic name, or topic id bytes from v13, partition).
@@ -105,6 +114,10 @@ class TieredReads(Filter):
                                    chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
                                    prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 2))
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
+        # Remote record bytes in answers not yet written: views that may outlive their chunk's
+        # place in the cache, so they are bounded apart from it.
+        self.buffer = ByteBudget(_int(props, "proxy.remote.fetch.buffer.max.bytes", 32 << 20),
+                                 "proxy.remote.fetch.buffer.max.bytes")
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
@@ -125,6 +138,9 @@ class TieredReads(Filter):
         else:
             self.on_offset_for_leader_epoch(ctx)
         return None
+
+    def start(self, core: Core) -> None:
+        core.metrics.budgets.append(self.buffer)
 
     def pool_state(self) -> tuple[int, int, int]:
         """(remote reads waiting for a thread, threads busy, threads) of the reader pool."""
@@ -186,7 +202,7 @@ class TieredReads(Filter):
         read_committed = request.get("isolation_level", 0) == 1
 
         async def rewrite(ctx: RequestContext, response: Message) -> None:
-            await self._rewrite_fetch(ctx.version, response, wanted, budget, read_committed, preferred, topic_field)
+            await self._rewrite_fetch(ctx, response, wanted, budget, read_committed, preferred, topic_field)
 
         ctx.on_response(rewrite)
 
@@ -194,9 +210,10 @@ class TieredReads(Filter):
         rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
         return rx is not None and ry is not None and rx <= offset <= ry
 
-    async def _rewrite_fetch(self, version: int, message: Message,
+    async def _rewrite_fetch(self, ctx: RequestContext, message: Message,
                              wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]], budget: int,
                              read_committed: bool, preferred: set[PartitionKey], topic_field: str) -> None:
+        version = ctx.version
         response = message.body
         if response.get("error_code", 0) != ErrorCode.NONE:
             return  # a top-level error: the whole answer stands
@@ -239,14 +256,30 @@ class TieredReads(Filter):
         if to_read:
             share = max((budget - used) // len(to_read), 0)
             results: dict[int, RemoteRead | BaseException | None] = {}
+            waiting_for_room: set[int] = set()
 
             async def read_one(i: int, tp: TopicIdPartition, offset: int, limit: int) -> None:
+                # Room first: what there is, at least a chunk's worth (or all of a smaller limit).
+                # The request's first partition never waits, so answers held by a client that
+                # stopped reading slow other clients down but cannot stop them.
+                if i == 0:
+                    holding = self.buffer.take(limit)
+                else:
+                    waiting_for_room.add(i)
+                    holding = await self.buffer.acquire(limit, minimum=min(limit, _MIN_REMOTE_GRANT))
+                    waiting_for_room.discard(i)
+                ctx.held.append(holding)  # released once the client has the answer
                 try:
-                    results[i] = await trio.to_thread.run_sync(
-                        lambda: self.reader.read(tp, offset, limit, read_committed=read_committed),
+                    result = await trio.to_thread.run_sync(
+                        lambda: self.reader.read(tp, offset, holding.nbytes, read_committed=read_committed),
                         limiter=self.limiter, abandon_on_cancel=True)
                 except RemoteStorageError as exc:
+                    holding.release()
                     results[i] = exc
+                    return
+                # At least one batch is read whatever the limit: hold what was read.
+                holding.resize(result.size if result is not None else 0)
+                results[i] = result
 
             with trio.move_on_after(self.max_wait_s):
                 async with trio.open_nursery() as nursery:
@@ -254,7 +287,11 @@ class TieredReads(Filter):
                         nursery.start_soon(read_one, i, tp, offset, min(partition_max, share))
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True
-                if i not in results:
+                if i in waiting_for_room:
+                    results[i] = RemoteStorageError(
+                        f"no room in proxy.remote.fetch.buffer.max.bytes ({self.buffer.limit}) within "
+                        f"remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
+                elif i not in results:
                     results[i] = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
                 result = results[i]
                 if isinstance(result, BaseException):
