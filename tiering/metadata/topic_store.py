@@ -40,6 +40,7 @@ from tiering.model import (
 )
 
 log = logging.getLogger(__name__)
+_IDLE_POLL_S = 0.05  # between polls that found nothing new
 
 
 def _user_partition(record: RemoteLogMetadata) -> TopicIdPartition:
@@ -146,11 +147,16 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         last_snapshot = time.monotonic()
         while not self._stop.is_set():
             try:
-                batches = self._consumer.poll(timeout_ms=200, max_records=1000)
+                batches = self._consumer.poll(timeout_ms=0, max_records=1000)
             except Exception:  # the thread must outlive broker hiccups
                 log.exception("metadata topic %s: poll failed", self.topic)
                 self._stop.wait(1)
                 continue
+            if not batches:
+                # Not a blocking poll: a broker that answers an empty Fetch at once (noida-db
+                # ignores max_wait_ms) would have the consumer spin through its timeout, and
+                # did: most of a core per idle proxy. The fetch stays in flight meanwhile.
+                self._stop.wait(_IDLE_POLL_S)
             with self._applied:
                 for tp, messages in batches.items():
                     for message in messages:
