@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from proxy.filters import build_chain
 from proxy.log_format import configure as configure_logging
 from proxy.log_format import hide as hide_secrets
 from proxy.server import Proxy
+from proxy.workers import Supervisor, check_workers
 from tiering.client_security import SPARK_PREFIX, ClientSecurity, secret_values
 from tiering.service import TieringService
 
@@ -138,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_until_signal(proxy: Proxy) -> None:
+async def _serve_until_signal(proxy: Proxy, supervisor_pid: int | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.run)
@@ -149,7 +151,16 @@ async def _serve_until_signal(proxy: Proxy) -> None:
                     nursery.cancel_scope.cancel()
                     return
 
+            async def stop_without_supervisor() -> None:
+                # A worker whose supervisor died (kill -9) must not serve on alone, unsupervised.
+                while os.getppid() == supervisor_pid:
+                    await trio.sleep(1)
+                log.warning("supervisor (pid %d) is gone, shutting down", supervisor_pid)
+                nursery.cancel_scope.cancel()
+
             nursery.start_soon(stop_on_signal)
+            if supervisor_pid is not None:
+                nursery.start_soon(stop_without_supervisor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,9 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             config = config_from_args(args)
             hide_secrets(secret_values(config.extra))
+            if config.workers > 1 and config.worker_index is None:
+                check_workers(config.extra, config.workers)
+                return Supervisor(list(sys.argv[1:] if argv is None else argv), config).run()
+            if config.worker_index is not None:
+                configure_logging(args.log_level, args.log_format, config.worker_index)
             tiering = TieringService.from_properties(config.bootstrap, config.extra)
             proxy = Proxy(config, build_chain(config, tiering), [tiering] if tiering is not None else [])
-            trio.run(_serve_until_signal, proxy)
+            trio.run(_serve_until_signal, proxy, os.getppid() if config.worker_index is not None else None)
             return 0
         if args.command == "describe":
             from proxy.describe import DescribeError, describe, format_rows

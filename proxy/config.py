@@ -77,10 +77,12 @@ class ProxyConfig:
     max_in_flight_requests: int = 1000
     # Bytes of broker answers held for clients (all connections together): an answer waits to be
     # read from its broker until it fits, so slow clients push back on the brokers, not on memory.
-    response_buffer_max_bytes: int = 64 * 1024 * 1024
+    response_buffer_max_bytes: int = 32 * 1024 * 1024
     metadata_refresh_ms: int = 30_000
     upstream_connect_timeout_ms: int = 10_000
     metrics_listen: tuple[str, int] | None = None  # the Prometheus endpoint; None: off
+    workers: int = 1  # proxies sharing the listening ports (proxy/workers.py)
+    worker_index: int | None = None  # this process's place among them; None: not a worker
     validate_requests: bool = True  # parse every forwarded request before a broker sees it
     listener_tls: bool = False  # listeners=SSL://...: clients speak TLS (see proxy/tls.py)
     extra: dict[str, str] = field(default_factory=dict)
@@ -173,16 +175,22 @@ class ProxyConfig:
             socket_request_max_bytes=take_int("socket.request.max.bytes", 100 * 1024 * 1024),
             upstream_response_max_bytes=take_int("proxy.upstream.response.max.bytes", 1024 * 1024 * 1024),
             max_in_flight_requests=take_int("proxy.max.in.flight.requests", 1000),
-            response_buffer_max_bytes=take_int("proxy.response.buffer.max.bytes", 64 * 1024 * 1024),
+            response_buffer_max_bytes=take_int("proxy.response.buffer.max.bytes", 32 * 1024 * 1024),
             metadata_refresh_ms=take_int("proxy.metadata.refresh.ms", 30_000),
             upstream_connect_timeout_ms=take_int("proxy.upstream.connect.timeout.ms", 10_000),
             metrics_listen=parse_host_port(metrics, "proxy.metrics.listen") if metrics else None,
+            workers=take_int("proxy.workers", 1),
+            worker_index=take_int("proxy.worker.index", -1),
             validate_requests=(take("proxy.request.validation") or "true").strip().lower() != "false",
             listener_tls=scheme == "SSL",
         )
         # proxy.config.strict is acted on before parsing (proxy/command_line_config.py); its value
         # is checked here, with the others.
         take_bool("proxy.config.strict", False)
+        if cfg.workers < 1:
+            raise ConfigError(f"proxy.workers: at least 1, got {cfg.workers}")
+        if cfg.worker_index is not None and cfg.worker_index < 0:
+            cfg.worker_index = None
         cfg.extra = props  # keys later layers (tiering) read
         return cfg
 

@@ -37,6 +37,8 @@ PROXY_KEYS = (
     "proxy.metadata.refresh.ms",
     "proxy.upstream.connect.timeout.ms",
     "proxy.metrics.listen",
+    "proxy.workers",
+    "proxy.worker.index",
     "proxy.request.validation",
     "proxy.config.strict",
 )

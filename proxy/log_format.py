@@ -30,13 +30,19 @@ def _redact(text: str) -> str:
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self.worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "message": _redact(record.getMessage()),
         }
+        if self.worker is not None:
+            entry["worker"] = self.worker
         if record.exc_info:
             entry["error"] = _redact(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
@@ -47,9 +53,11 @@ class OneLineFormatter(logging.Formatter):
         return _redact(super().format(record).replace("\n", " | "))
 
 
-def configure(level: str, fmt: str) -> None:
+def configure(level: str, fmt: str, worker: int | None = None) -> None:
+    """Log to stderr; a worker process (``proxy.workers``) tags its lines with its index."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else OneLineFormatter(TEXT_FORMAT))
+    text = TEXT_FORMAT if worker is None else TEXT_FORMAT.replace("%(name)s", f"%(name)s[worker {worker}]")
+    handler.setFormatter(JsonFormatter(worker) if fmt == "json" else OneLineFormatter(text))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

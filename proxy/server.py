@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 from typing import Protocol
 
 import trio
@@ -131,7 +132,8 @@ class Proxy:
     async def _start_listener(self, node_id: int | None, port: int) -> None:
         assert self._nursery is not None
         try:
-            listeners = await trio.open_tcp_listeners(port, host=self.config.listen_host)
+            listeners = await (_open_shared_listeners(port, self.config.listen_host) if self.config.workers > 1
+                               else trio.open_tcp_listeners(port, host=self.config.listen_host))
         except OSError as e:
             # Name the setting the port came from, so the operator knows what to change.
             what = ("the bootstrap listener (listeners, --listen)" if node_id is None else
@@ -243,3 +245,29 @@ class Proxy:
                 await self.refresh_metadata()
             except (UpstreamError, OSError) as e:
                 log.warning("metadata refresh failed: %s", e)
+
+
+async def _open_shared_listeners(port: int, host: str) -> list[trio.SocketListener]:
+    """Listeners every worker binds alike (SO_REUSEPORT): the kernel spreads new connections over
+    the workers. A port taken by a process that did not ask to share it still fails to bind."""
+    infos = await trio.socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    listeners: list[trio.SocketListener] = []
+    try:
+        for family, kind, proto, _, address in infos:
+            sock = trio.socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                await sock.bind(address)
+                sock.listen(socket.SOMAXCONN)
+            except OSError:
+                sock.close()
+                raise
+            listeners.append(trio.SocketListener(sock))
+    except OSError:
+        for listener in listeners:
+            listener.socket.close()
+        raise
+    return listeners
