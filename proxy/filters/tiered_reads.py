@@ -116,7 +116,7 @@ class TieredReads(Filter):
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
         # place in the cache, so they are bounded apart from it.
-        self.buffer = ByteBudget(_int(props, "proxy.remote.fetch.buffer.max.bytes", 32 << 20),
+        self.buffer = ByteBudget(_int(props, "proxy.remote.fetch.buffer.max.bytes", 16 << 20),
                                  "proxy.remote.fetch.buffer.max.bytes")
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
         self.remote_fetches = 0

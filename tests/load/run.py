@@ -29,6 +29,8 @@ INDEX_CACHE = 16 << 20
 CHUNK = 1 << 20
 READER_THREADS = 10
 PREFETCH_THREADS = 2
+REMOTE_FETCH_BUFFER = 16 << 20  # proxy.remote.fetch.buffer.max.bytes (the default)
+RESPONSE_BUFFER = 32 << 20  # proxy.response.buffer.max.bytes (the default)
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -217,14 +219,15 @@ def main() -> None:
         p50, p99 = _percentiles([v for r in rows for v in r[4]])
         print(f"{workload:14} {len(rows):>7} {count / args.seconds:9.0f} {size / args.seconds / 1e6:7.1f} "
               f"{p50 * 1000:8.1f} {p99 * 1000:8.1f}  {meaning[workload]}")
-    bound = CHUNK_CACHE + INDEX_CACHE + (READER_THREADS + PREFETCH_THREADS) * CHUNK
+    caches = CHUNK_CACHE + INDEX_CACHE + (READER_THREADS + PREFETCH_THREADS) * CHUNK
+    buffers = REMOTE_FETCH_BUFFER + RESPONSE_BUFFER
     cpu = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(sampler.cpu, sampler.cpu[1:], strict=False)]
     peak = max(sampler.rss)
     print(f"proxy RSS: idle (tiering done, before load) {idle_rss / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB, "
           f"median {statistics.median(sampler.rss) / 1e6:.0f} MB")
-    print(f"bound: idle + remote-read caches (chunk cache + index cache + one chunk per reader/prefetch thread: "
-          f"{bound / 1e6:.0f} MB) + frames in flight; above idle + caches: "
-          f"{(peak - idle_rss - bound) / 1e6:.0f} MB (frames in flight, allocator slack)")
+    print(f"bound (README, Memory): idle + remote-read caches (chunk cache + index cache + one chunk per "
+          f"reader/prefetch thread: {caches / 1e6:.0f} MB) + buffers (remote fetch + response: {buffers / 1e6:.0f} MB)"
+          f" = {(idle_rss + caches + buffers) / 1e6:.0f} MB; peak is {peak / (idle_rss + caches + buffers):.0%} of it")
     print(f"proxy CPU: mean {statistics.mean(cpu):.0%} of one core, peak {max(cpu):.0%}")
 
 
