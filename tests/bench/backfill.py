@@ -1,38 +1,117 @@
-"""Backfill through the proxy from the remote tier, against reading the same data from the broker.
+"""Backfill from offset 0: straight from the broker, through the proxy, and from the remote tier.
 
-One run on an embedded noida-db: two topics with identical content are produced; ``direct`` is
-never tiered and is read straight from the broker (the baseline), ``tiered`` is tiered by the
-proxy, which then moves the broker's log start to the end of what it tiered (local retention), so
-reading it from offset 0 through the proxy comes from the remote tier. For each remote tier
-(local folder, moto's S3 server over HTTP) a fresh proxy is started, so its caches are cold:
+    python -m tests.bench.backfill [--megabytes 100] [--repeat 3] [--value-bytes 1000]
+                                   [--segment-mb 2] [--codec lz4] [--skip-s3] [--keep-work-dir]
 
-- cold first byte: one raw Fetch at offset 0 (remote) vs the same Fetch of ``direct`` at the broker;
-- backfill: a confluent-kafka consumer reads every record from offset 0 (payload MB/s, records/s);
-- the proxy's CPU seconds per GB of payload served in that backfill (user + system, from /proc):
-  less noisy than throughput on a small machine where broker, proxy and client share the cores;
-- the proxy's peak resident memory (VmHWM) at the end of that backfill;
-- the proxy's segment chunk cache hit ratio and prefetches for that backfill (from its shutdown line).
+One run on an embedded noida-db. Two topics with identical content (3 partitions, keys ``0..n``,
+values half random and half repeated, produced with ``--codec``) are written: ``bench-direct`` is
+never tiered; ``bench-tiered`` is tiered by a proxy, which then moves the broker's log start to
+the end of what it tiered (local retention: one segment), so reading it from offset 0 through the
+proxy comes from the remote tier. The bench waits until the broker's log start has moved and then
+stopped moving, so no copying is left for the measurement proxies, and prints how much of each
+partition the broker dropped: with small ``--megabytes`` the local retention (one segment) and the
+active segment are a large share, which the remote variants read from the broker.
 
-    python -m tests.bench.backfill [--megabytes 100] [--segment-mb 2] [--value-bytes 1000]
+For each remote tier (the local folder; then moto's S3 server over HTTP, with a third topic
+``bench-tiered-s3`` of the same content tiered to it; ``--skip-s3`` leaves S3 out) the same
+confluent-kafka consumer reads every record from offset 0 in four ways:
+
+1. direct from the broker (the baseline): topic ``bench-direct``, straight at the broker;
+2. pass-through: topic ``bench-direct`` through the proxy; the topic is not tiered, so the
+   proxy only forwards (goal: >= 0.95x of 1);
+3. remote, broker-first: topic ``bench-tiered`` through a proxy with the default routing
+   (``proxy.fetch.routing.policy=broker-first``): the broker answers OFFSET_OUT_OF_RANGE below
+   its log start and the proxy serves those offsets from the remote tier (goal: >= 0.8x of 1);
+4. remote, remote-preferred: the same through a proxy started with
+   ``--set proxy.fetch.routing.policy=remote-preferred``: every offset the remote tier holds is
+   served from it, the broker only authorizes (goal: never below 3).
+
+This 2-core machine is shared by broker, proxy and client (and whatever else runs), so every
+read is done ``--repeat`` times, round-robin over the four variants (1, 2, 3, 4, 1, 2, 3, 4, ...),
+so that a slow spell of the machine hits all variants alike. Every proxy read runs on a fresh
+proxy process: caches cold, tiering metadata loaded from its store. (Reusing one proxy across
+repeats would read the later repeats from its chunk cache, which holds 128 MiB by default: more
+than the whole tiered topic at the default size, so that would measure the cache, not the remote
+tier.) The proxies run with ``remote.log.manager.task.interval.ms=60000``: one tiering round at
+start, which finds nothing to copy.
+
+Round by round, the bench prints each read's MB/s as it goes; at the end the parameters, one
+table per tier and a summary. A tier's table heads with the share of the tiered topic's records
+that only the remote tier has (below the broker's log start; the rest, the local retention and
+the active segment, is read from the broker by variants 3 and 4 too). Its columns, per variant:
+
+- MB/s, [min-max]: payload (key + value bytes) per second read by the consumer, from its first
+  poll to its last record: the median over the repeats, and the slowest and fastest repeat;
+- vs direct: the variant's median MB/s over the median MB/s of variant 1 (read in the same
+  rounds); vs b-first: remote-preferred's median MB/s over broker-first's;
+- 1st byte ms: one raw Fetch of partition 0 at offset 0 (1 MiB max) on a new connection, median
+  over the repeats. For the proxy variants it is the first request the fresh proxy serves
+  ("cold": empty caches, its first connection to the broker, its first remote read); for direct,
+  a new connection to the broker, which is warm. (The backfill that follows on the same proxy
+  may hit the chunk this Fetch loaded: a hit or two in the hit ratio.) It is the time to the
+  whole answer: where noida-db answers (direct, pass-through) that is the whole partition, since
+  it ignores the 1 MiB limit (see fetches), so there it grows with ``--megabytes``; the remote
+  tier answers 1 MiB.
+- CPU s/GB (proxy, broker, client): user + system CPU seconds (/proc) from the consumer's first
+  poll to its last record per GB of payload, median over the repeats; less noisy than MB/s where
+  all processes share the cores.
+  proxy: the proxy process; broker: noida-db's process group; client: this process (the
+  consumer, librdkafka's threads included; with S3 also moto's server, which runs on threads of
+  this process, so the S3 tier's client column is not the consumer's alone);
+- fetches: Fetch requests the consumer sent (librdkafka's statistics, taken just after the last
+  record), median. Read it with noida-db's Fetch in mind: it ignores the byte limits (it answers a
+  whole partition from the fetch offset: the first answer of a direct or pass-through read holds
+  nearly the whole topic) and ``max_wait_ms`` (at the log end it answers empty at once). So such
+  a read is one or two large answers, then the consumer drains its queue in Python while
+  librdkafka, whenever a partition's queue is under its thresholds, sends empty Fetches in a
+  tight loop: from 1 to tens of thousands, depending on timing, burning broker and client CPU
+  (the CPU columns) on the 2 shared cores. The remote tier honours ``partition_max_bytes``, so
+  the remote variants take more, smaller answers. MB/s on noida-db is thus largely the client's
+  per-record speed; a real Kafka broker would not behave so.
+- RSS MB: the proxy's peak resident memory (VmHWM over the process's whole life, read just before
+  it stops); the max over the variant's proxies;
+- remote MB: record bytes the proxy served from the remote tier (its shutdown line ``tiered
+  reads: ...``; the first-byte Fetch included), median; 0.0 for pass-through shows the proxy only forwarded;
+- chunk hits, prefetch: the proxy's segment chunk cache hit ratio, hits / (hits + misses) summed
+  over the variant's proxies, and the chunks prefetched per backfill (median); "-" where nothing
+  came from the remote tier. "tiered storage not available" answers, if any, and failed reads
+  (a read that fails is recorded and the others go on) are printed under the variant's row.
+
+The summary lists each goal: the ratio of medians (3 decimals), the goal and a verdict: "meets",
+or "BELOW by x%", with ", within the min-max spread" when the variant's fastest read reached the
+goal against the reference's slowest, i.e. the noise of the run can explain the miss.
+
+At the default size a run takes about a minute with ``--skip-s3``, a few with S3. Broker,
+proxies and moto are stopped at the end, also on an error, Ctrl-C or SIGTERM (any child process
+left, e.g. a proxy whose start was interrupted, is stopped by PID); the working folder in /tmp is
+removed unless ``--keep-work-dir`` (the proxies' logs are in it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import random
 import re
+import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.apis import FETCH
-from proxy.embedded_broker import start_broker
+from proxy.embedded_broker import EmbeddedBroker, start_broker
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
@@ -40,22 +119,43 @@ from tests.tiering_checks import wait_until
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
 
 PARTITIONS = 3
+DIRECT_TOPIC = "bench-direct"
+TIERED_TOPIC = "bench-tiered"
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+TIERING_PROPS = ("--set", "remote.log.manager.task.interval.ms=200")  # the proxy that tiers the topic
+MEASURING_PROPS = ("--set", "remote.log.manager.task.interval.ms=60000")  # proxies that are measured
+REMOTE_PREFERRED_PROPS = ("--set", "proxy.fetch.routing.policy=remote-preferred")
+# Goals of the issue: a variant's median MB/s over its reference's (label of the reference, ratio).
+DIRECT = "direct from the broker"
+PASS_THROUGH = "pass-through (untiered topic)"
+BROKER_FIRST = "remote, broker-first"
+REMOTE_PREFERRED = "remote, remote-preferred"
+GOALS: dict[str, list[tuple[str, float]]] = {
+    PASS_THROUGH: [(DIRECT, 0.95)],
+    BROKER_FIRST: [(DIRECT, 0.8)],
+    REMOTE_PREFERRED: [(DIRECT, 0.8), (BROKER_FIRST, 1.0)],
+}
+
+
+# --- producing and tiering ---------------------------------------------------------------------
 
 
 def produce(bootstrap: str, topics: list[str], megabytes: int, value_bytes: int, segment_mb: int,
-            tiered: str) -> int:
+            codec: str, tiered: set[str]) -> int:
+    """Creates the topics (those in ``tiered`` with remote storage and one segment of local
+    retention) and writes the same records to each; returns the record count per topic."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for topic in topics:
         config = {"segment.bytes": str(segment_mb << 20)}
-        if topic == tiered:
+        if topic in tiered:
             config |= {"remote.storage.enable": "true", "local.retention.bytes": str(segment_mb << 20)}
         admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=config)])[topic].result(30)
     time.sleep(1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000,
+                         "compression.type": codec, "queue.buffering.max.messages": 1_000_000,
                          "enable.idempotence": False})
     count = (megabytes << 20) // value_bytes
-    rng = random.Random(7)  # the same values in every topic
+    rng = random.Random(7)  # the same values in every topic, in every run
     half = value_bytes // 2
     for i in range(count):
         # Half random, half repeated: compressible like real payloads, not trivially so.
@@ -69,31 +169,138 @@ def produce(bootstrap: str, topics: list[str], megabytes: int, value_bytes: int,
                     producer.poll(0.05)
         if i % 10_000 == 0:
             producer.poll(0)
-    assert producer.flush(300) == 0
+    assert producer.flush(300) == 0, "records left undelivered"
     return count
 
 
-def backfill(bootstrap: str, topic: str, expected: int, timeout: float = 600) -> tuple[float, int, int]:
-    """Seconds to read ``expected`` records from offset 0, records and payload bytes read."""
+def log_starts(client: BrokerClient, leader: int, topic: str) -> list[int]:
+    return [client.list_offset(leader, topic, p, EARLIEST)[1] for p in range(PARTITIONS)]
+
+
+def log_ends(client: BrokerClient, leader: int, topic: str) -> list[int]:
+    return [client.list_offset(leader, topic, p, LATEST)[1] for p in range(PARTITIONS)]
+
+
+def wait_until_tiered(client: BrokerClient, leader: int, topic: str, timeout: float = 300,
+                      settle_s: float = 5) -> None:
+    """Waits until the broker's log start has moved in every partition and then not moved for
+    ``settle_s`` (the tiering proxy runs a round every 200 ms): the tiering is done, the broker
+    keeps only its local retention (one segment) and the active segment."""
+    seen: list[tuple[float, list[int]]] = []
+
+    def settled() -> bool:
+        starts = log_starts(client, leader, topic)
+        now = time.monotonic()
+        seen.append((now, starts))
+        return min(starts) > 0 and any(now - t >= settle_s for t, s in seen if s == starts)
+
+    assert wait_until(settled, timeout, interval=0.5), f"tiering of {topic} did not finish: {seen[-1][1]}"
+
+
+def stop_broker(broker: EmbeddedBroker, timeout: float = 30) -> None:
+    """Stops the broker and waits until every process of its group is gone (noida-db's server
+    may outlive the CLI that started it by seconds); SIGKILL to the group after ``timeout``."""
+    broker.stop()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(broker.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(broker.pid, signal.SIGKILL)
+
+
+# --- what is measured --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuSeconds:
+    """User + system CPU seconds of the client (this process: the consumer with librdkafka's
+    threads, and with S3 moto's server), the broker's process group and the proxy, if any."""
+
+    client: float
+    broker: float
+    proxy: float | None
+
+    def __sub__(self, earlier: CpuSeconds) -> CpuSeconds:
+        proxy = None if self.proxy is None or earlier.proxy is None else self.proxy - earlier.proxy
+        return CpuSeconds(self.client - earlier.client, self.broker - earlier.broker, proxy)
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """One consumer read of a whole topic from offset 0."""
+
+    seconds: float
+    records: int
+    payload_bytes: int
+    cpu: CpuSeconds  # spent from the first poll to the last record
+    fetch_requests: int | None  # Fetch requests the consumer sent, None if librdkafka did not say
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / self.seconds / 1e6
+
+    def cpu_s_per_gb(self) -> CpuSeconds:
+        """The CPU seconds of the read per GB of payload read."""
+        gb = self.payload_bytes / 1e9
+        proxy = None if self.cpu.proxy is None else self.cpu.proxy / gb
+        return CpuSeconds(self.cpu.client / gb, self.cpu.broker / gb, proxy)
+
+
+STATS_INTERVAL_MS = 250
+
+
+def fetch_requests_sent(consumer: Consumer, statistics_json: list[str], wait_s: float = 2) -> int | None:
+    """Fetch requests the consumer has sent to the brokers, from the next librdkafka statistics
+    (emitted every ``STATS_INTERVAL_MS``, handed over by a poll); None if none comes in time."""
+    statistics_json.clear()
+    deadline = time.monotonic() + wait_s
+    while not statistics_json and time.monotonic() < deadline:
+        consumer.poll(0.05)
+    if not statistics_json:
+        return None
+    brokers = json.loads(statistics_json[-1])["brokers"].values()
+    return sum(b["req"].get("Fetch", 0) for b in brokers if b["nodeid"] >= 0)
+
+
+def backfill(bootstrap: str, topic: str, expected: int, cpu_now: Callable[[], CpuSeconds],
+             timeout: float = 600) -> Backfill:
+    """Time (and CPU, by ``cpu_now``) for a confluent-kafka consumer to read ``expected`` records
+    from offset 0."""
+    statistics_json: list[str] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "enable.partition.eof": False,
-                         "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20})
+                         "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
+                         # noida-db ignores the byte limits: room for its whole-partition answers.
+                         "receive.message.max.bytes": 1 << 30,
+                         "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": statistics_json.append})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got = size = 0
+    cpu_before = cpu_now()
     started = time.perf_counter()
     deadline = started + timeout
     try:
         while got < expected and time.perf_counter() < deadline:
-            for m in consumer.consume(10_000, 0.5):
+            # Never ask for more than is left: consume() waits its whole timeout for a batch it
+            # cannot fill, which would add up to 0.5 s to every read.
+            for m in consumer.consume(min(10_000, expected - got), 0.5):
                 if m.error() is not None:
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(m.error())
                     continue
                 got += 1
                 size += len(m.value()) + len(m.key() or b"")
-        return time.perf_counter() - started, got, size
+        seconds = time.perf_counter() - started
+        cpu = cpu_now() - cpu_before
+        fetches = fetch_requests_sent(consumer, statistics_json)
     finally:
         consumer.close()
+    if got != expected:
+        raise RuntimeError(f"read {got} of {expected} records of {topic} in {seconds:.0f} s")
+    return Backfill(seconds, got, size, cpu, fetches)
 
 
 def first_byte_ms(bootstrap: str, topic: str) -> float:
@@ -104,9 +311,9 @@ def first_byte_ms(bootstrap: str, topic: str) -> float:
         answer = client.request(FETCH, 12, {
             "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
             "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-            "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "current_leader_epoch": -1,
-                                                         "last_fetched_epoch": -1, "log_start_offset": -1,
-                                                         "partition_max_bytes": 1 << 20}]}]})
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "fetch_offset": 0, "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
         elapsed = (time.perf_counter() - started) * 1000
     finally:
         client.close()
@@ -122,101 +329,375 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU time so far of the live processes of a process group (the broker's)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident set size so far (Linux /proc), in MB."""
+    """The process's peak resident set size over its life so far (VmHWM, Linux /proc), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024 / 1e6
     return float("nan")
 
 
-def mostly_trimmed(client: BrokerClient, leader: int, topic: str) -> bool:
-    """The broker's log start is past 60% of every partition (the rest: the local retention)."""
-    return all(client.list_offset(leader, topic, p, EARLIEST)[1] >= client.list_offset(leader, topic, p, LATEST)[1] * 0.6
-               for p in range(PARTITIONS))
+@dataclass(frozen=True)
+class TieredReadStats:
+    """The counters of the proxy's shutdown line ``tiered reads: ...``."""
+
+    remote_fetches: int
+    remote_bytes: int
+    not_available: int
+    chunk_hits: int
+    chunk_misses: int
+    prefetched: int
 
 
-def cache_line(proxy: ProxyProcess) -> str:
-    match = re.search(r"tiered reads: (.*)", proxy.log_text())
-    return match.group(1) if match else "(no stats line)"
+STATS_LINE = re.compile(r"tiered reads: remote fetches (\d+), remote fetch bytes (\d+), "
+                        r"tiered storage not available (\d+)"
+                        r"(?:, chunk cache hits (\d+) misses (\d+) \(hit ratio [\d.]+\), prefetched (\d+))?")
+
+
+def tiered_read_stats(proxy: ProxyProcess) -> TieredReadStats | None:
+    """The stopped proxy's tiered-read counters, None if its log has no shutdown line."""
+    match = STATS_LINE.search(proxy.log_text())
+    if match is None:
+        return None
+    return TieredReadStats(*(int(g or 0) for g in match.groups()))
+
+
+def cpu_meter(broker_group: int, proxy_pid: int | None) -> Callable[[], CpuSeconds]:
+    """A function that tells the CPU seconds so far of this process, the broker's process group
+    and the proxy process (if any)."""
+    def now() -> CpuSeconds:
+        proxy = cpu_seconds(proxy_pid) if proxy_pid is not None else None
+        return CpuSeconds(time.process_time(), process_group_cpu_seconds(broker_group), proxy)
+
+    return now
+
+
+@dataclass(frozen=True)
+class Read:
+    """One repeat of one variant: the first byte, the backfill and what the proxy reported."""
+
+    first_byte_ms: float
+    backfill: Backfill
+    proxy_peak_rss_mb: float | None = None
+    stats: TieredReadStats | None = None
+
+
+# --- the variants ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    slug: str
+    topic: str  # the tiered copy of the data this tier serves
+    remote_args: tuple[str, ...]  # how the proxy names the tier (the local folder: its data dir's default)
+
+
+@dataclass
+class Variant:
+    label: str
+    topic: str
+    proxy_args: tuple[str, ...] | None  # None: the consumer reads straight from the broker
+    reads: list[Read] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def median_mb_per_s(self) -> float | None:
+        return statistics.median(r.backfill.mb_per_s for r in self.reads) if self.reads else None
+
+
+@contextlib.contextmanager
+def running_proxy(bootstrap: str, work_dir: Path, args: tuple[str, ...]) -> Iterator[ProxyProcess]:
+    proxy = start_proxy(bootstrap, work_dir, *args)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def read_from_broker(bootstrap: str, broker_group: int, topic: str, count: int) -> Read:
+    """First byte on a new connection to the broker and a backfill straight from it."""
+    first_byte = first_byte_ms(bootstrap, topic)
+    return Read(first_byte, backfill(bootstrap, topic, count, cpu_meter(broker_group, None)))
+
+
+def read_through_fresh_proxy(bootstrap: str, broker_group: int, work_dir: Path, args: tuple[str, ...],
+                             topic: str, count: int) -> Read:
+    """Cold first byte and backfill on a new proxy process, and the proxy's peak RSS."""
+    with running_proxy(bootstrap, work_dir, args) as proxy:
+        cold = first_byte_ms(proxy.bootstrap, topic)
+        read = backfill(proxy.bootstrap, topic, count, cpu_meter(broker_group, proxy.process.pid))
+        rss = peak_rss_mb(proxy.process.pid)
+    return Read(cold, read, rss, tiered_read_stats(proxy))
+
+
+def measure_tier(bootstrap: str, broker_group: int, work: Path, tier: Tier, count: int,
+                 repeat: int) -> list[Variant]:
+    """The four variants' reads, ``repeat`` rounds of each in turn; a failed read is recorded."""
+    proxy_args = ("--data-dir", str(work / f"data-{tier.slug}"), *tier.remote_args, *MEASURING_PROPS)
+    variants = [Variant(DIRECT, DIRECT_TOPIC, None),
+                Variant(PASS_THROUGH, DIRECT_TOPIC, proxy_args),
+                Variant(BROKER_FIRST, tier.topic, proxy_args),
+                Variant(REMOTE_PREFERRED, tier.topic, (*proxy_args, *REMOTE_PREFERRED_PROPS))]
+    for round_ in range(1, repeat + 1):
+        figures = []
+        for v in variants:
+            try:
+                if v.proxy_args is None:
+                    read = read_from_broker(bootstrap, broker_group, v.topic, count)
+                else:
+                    read = read_through_fresh_proxy(bootstrap, broker_group, work / f"proxy-{tier.slug}",
+                                                    v.proxy_args, v.topic, count)
+            except Exception as e:  # keep measuring the others; the table says what failed
+                v.errors.append(f"round {round_}: {type(e).__name__}: {e}")
+                figures.append(f"{v.label} FAILED")
+                continue
+            v.reads.append(read)
+            figures.append(f"{v.label} {read.backfill.mb_per_s:.1f}")
+        print(f"  [{tier.name}] round {round_}/{repeat} MB/s: " + ", ".join(figures), flush=True)
+    return variants
+
+
+def tier_the_topic(bootstrap: str, work: Path, tier: Tier, client: BrokerClient, leader: int) -> float:
+    """Runs a proxy that tiers ``tier.topic`` until the broker has dropped what it tiered; returns
+    the share of the records that only the remote tier still has (below the broker's log start)."""
+    args = ("--data-dir", str(work / f"data-{tier.slug}"), *tier.remote_args, *TIERING_PROPS)
+    started = time.monotonic()
+    with running_proxy(bootstrap, work / f"proxy-{tier.slug}", args):
+        wait_until_tiered(client, leader, tier.topic)
+    starts, ends = log_starts(client, leader, tier.topic), log_ends(client, leader, tier.topic)
+    print(f"  [{tier.name}] tiered {tier.topic} in {time.monotonic() - started:.0f} s; broker log start "
+          f"{starts} of log end {ends}", flush=True)
+    return sum(starts) / sum(ends)
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def ratio(variants: list[Variant], label: str, reference: str) -> float | None:
+    by_label = {v.label: v.median_mb_per_s() for v in variants}
+    mine, theirs = by_label[label], by_label[reference]
+    return None if mine is None or not theirs else mine / theirs
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+# The per-tier table: (header, width) of each column (negative: left-aligned), then the cells.
+COLUMNS = [("variant", -31), ("MB/s", 7), ("[min-max]", 14), ("vs direct", 10), ("vs b-first", 11),
+           ("1st byte ms", 12), ("proxy", 6), ("broker", 7), ("client", 7), ("fetches", 8), ("RSS MB", 7),
+           ("remote MB", 10), ("chunk hits", 11), ("prefetch", 9)]
+
+
+def variant_cells(v: Variant, variants: list[Variant]) -> list[str]:
+    """The table's cells of one variant that has at least one read."""
+    speeds = [r.backfill.mb_per_s for r in v.reads]
+    stats = [r.stats for r in v.reads if r.stats is not None]
+    hits, misses = sum(s.chunk_hits for s in stats), sum(s.chunk_misses for s in stats)
+    remote_read = hits + misses > 0
+    rss = [r.proxy_peak_rss_mb for r in v.reads if r.proxy_peak_rss_mb is not None]
+    cpu = [r.backfill.cpu_s_per_gb() for r in v.reads]
+    proxy_cpu = [c.proxy for c in cpu if c.proxy is not None]
+    fetches = [r.backfill.fetch_requests for r in v.reads if r.backfill.fetch_requests is not None]
+    return [
+        v.label,
+        f"{statistics.median(speeds):.1f}",
+        f"[{min(speeds):.1f}-{max(speeds):.1f}]",
+        fmt(ratio(variants, v.label, DIRECT), ".2f"),
+        fmt(ratio(variants, v.label, BROKER_FIRST) if v.label == REMOTE_PREFERRED else None, ".2f"),
+        f"{statistics.median(r.first_byte_ms for r in v.reads):.1f}",
+        fmt(median_or_none(proxy_cpu), ".1f"),
+        f"{statistics.median(c.broker for c in cpu):.1f}",
+        f"{statistics.median(c.client for c in cpu):.1f}",
+        fmt(median_or_none(fetches), ".0f"),
+        fmt(max(rss) if rss else None, ".0f"),
+        fmt(median_or_none([s.remote_bytes / 1e6 for s in stats]), ".1f"),
+        fmt(hits / (hits + misses) if remote_read else None, ".3f"),
+        fmt(median_or_none([s.prefetched for s in stats]) if remote_read else None, ".0f"),
+    ]
+
+
+def table_row(cells: list[str]) -> str:
+    return "".join(format(cell, f"<{-width}" if width < 0 else f">{width}")
+                   for cell, (_, width) in zip(cells, COLUMNS, strict=True))
+
+
+def print_tier_table(tier: Tier, remote_share: float, variants: list[Variant], repeat: int) -> None:
+    print(f"\n{tier.name} tier: {tier.topic}, {remote_share:.0%} of its records only in the remote tier; "
+          f"{repeat} reads per variant, round-robin, every proxy read on a fresh, cold proxy")
+    headers = [header for header, _ in COLUMNS]
+    cpu_at = sum(abs(width) for _, width in COLUMNS[:headers.index("proxy")])
+    print(f"{'':<{cpu_at}}{'CPU s/GB, median':^20}")
+    print(table_row(headers))
+    for v in variants:
+        if not v.reads:
+            print(f"{v.label:<31} FAILED in every round")
+        else:
+            print(table_row(variant_cells(v, variants)))
+        stats = [r.stats for r in v.reads if r.stats is not None]
+        if v.proxy_args is not None and len(stats) < len(v.reads):
+            print(f"    warning: {len(v.reads) - len(stats)} proxies logged no 'tiered reads' line")
+        if not_available := sum(s.not_available for s in stats):
+            print(f"    warning: {not_available} 'tiered storage not available' answers")
+        for error in v.errors:
+            print(f"    failed {error}")
+
+
+def verdict(variants: list[Variant], label: str, reference: str, goal: float) -> str:
+    """Whether the median ratio meets the goal; if not, by how much, and whether the best read of
+    the variant still reached the goal against the worst of the reference (noise can explain it)."""
+    r = ratio(variants, label, reference)
+    if r is None:
+        return "no figure"
+    if r >= goal:
+        return "meets"
+    mine = [x.backfill.mb_per_s for x in next(v for v in variants if v.label == label).reads]
+    theirs = [x.backfill.mb_per_s for x in next(v for v in variants if v.label == reference).reads]
+    spread = ", within the min-max spread" if max(mine) >= goal * min(theirs) else ""
+    return f"BELOW by {1 - r / goal:.1%}{spread}"
+
+
+def print_summary(results: list[tuple[Tier, float, list[Variant]]]) -> None:
+    print("\nsummary: median MB/s of a variant / median MB/s of its reference (reads of the same rounds)")
+    print(f"{'tier':<16}{'variant':<31}{'reference':<24}{'ratio':>7}{'goal':>8}  verdict")
+    for tier, _, variants in results:
+        for label, goals in GOALS.items():
+            for reference, goal in goals:
+                r = ratio(variants, label, reference)
+                print(f"{tier.name:<16}{label:<31}{reference:<24}{fmt(r, '.3f'):>7}{'>= ' + str(goal):>8}"
+                      f"  {verdict(variants, label, reference, goal)}")
+
+
+# --- process hygiene ---------------------------------------------------------------------------
+
+
+def running_children() -> list[int]:
+    """PIDs of this process's children that have not exited (Linux /proc)."""
+    me, children = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # gone meanwhile
+            continue
+        if int(ppid) == me and state != "Z":
+            children.append(int(stat.parent.name))
+    return children
+
+
+def stop_leftover_children(timeout: float = 10) -> None:
+    """Stops every child process of this one still running (e.g. a proxy whose start Ctrl-C cut
+    short), by PID: its process group if it leads one (the proxies and the broker do), else
+    itself; SIGTERM, then SIGKILL after ``timeout``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        children = running_children()
+        if not children:
+            return
+        print(f"stopping leftover child processes {children} ({sig.name})", file=sys.stderr)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while running_children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the bench like Ctrl-C: through the cleanup of every ``finally``."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def s3_tier(stack: contextlib.ExitStack) -> Tier:
+    """Starts moto's S3 server (stopped with ``stack``) and names a new bucket of it as a tier."""
+    moto = MotoS3()
+    moto.start()
+    stack.callback(moto.stop)
+    bucket = new_bucket(moto.endpoint)
+    return Tier("moto S3 (HTTP)", "s3", f"{TIERED_TOPIC}-s3", (
+        "--remote", f"s3://{bucket}/bench?endpoint_url={moto.endpoint}&region={REGION}",
+        "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
+        "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}"))
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        broker = start_broker("noida", work / "broker")
+        stack.callback(stop_broker, broker)
+        bootstrap = broker.bootstrap
+        client = BrokerClient(bootstrap)
+        stack.callback(client.close)
+        tiers = [Tier("local folder", "local", TIERED_TOPIC, ())]  # the data dir's default remote folder
+        if not args.skip_s3:
+            tiers.append(s3_tier(stack))
+        data = (args.megabytes, args.value_bytes, args.segment_mb, args.codec)
+        started = time.monotonic()
+        count = produce(bootstrap, [DIRECT_TOPIC, TIERED_TOPIC], *data, tiered={TIERED_TOPIC})
+        print(f"produced {count} records to {DIRECT_TOPIC} and {TIERED_TOPIC} "
+              f"in {time.monotonic() - started:.0f} s", flush=True)
+        leader = client.metadata([TIERED_TOPIC])[TIERED_TOPIC].partitions[0].leader
+        results: list[tuple[Tier, float, list[Variant]]] = []  # tier, remote share, its variants
+        for tier in tiers:
+            if tier.topic != TIERED_TOPIC:
+                # A tiered copy of the data for this tier: a new topic, same content.
+                produce(bootstrap, [tier.topic], *data, tiered={tier.topic})
+            remote_share = tier_the_topic(bootstrap, work, tier, client, leader)
+            variants = measure_tier(bootstrap, broker.pid, work, tier, count, args.repeat)
+            results.append((tier, remote_share, variants))
+
+        print(f"\nparameters: {args.megabytes} MiB payload per topic = {count} records of "
+              f"{args.value_bytes} B values (+ keys), {PARTITIONS} partitions, segment.bytes "
+              f"{args.segment_mb} MiB, codec {args.codec}, {args.repeat} reads per variant; embedded "
+              f"noida-db on this machine ({os.cpu_count()} cores shared by broker, proxy and consumer)")
+        for tier, remote_share, variants in results:
+            print_tier_table(tier, remote_share, variants, args.repeat)
+        print_summary(results)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--megabytes", type=int, default=100, help="payload per topic")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=100, help="payload per topic (MiB)")
+    parser.add_argument("--value-bytes", type=int, default=1000, help="bytes per record value")
     parser.add_argument("--segment-mb", type=int, default=2, help="topic segment.bytes in MiB")
-    parser.add_argument("--value-bytes", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=2, help="backfills per tier (median reported)")
+    parser.add_argument("--codec", choices=CODECS, default="lz4", help="producer compression.type")
+    parser.add_argument("--repeat", "--repeats", type=int, default=3,
+                        help="reads per variant, round-robin (median and range reported)")
+    parser.add_argument("--skip-s3", action="store_true", help="measure the local-folder tier only")
+    parser.add_argument("--keep-work-dir", action="store_true", help="keep the /tmp folder (proxy logs)")
     args = parser.parse_args()
-
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
-    broker = start_broker("noida", work / "broker")
-    moto = MotoS3()
-    moto.start()
-    bootstrap = f"{broker.host}:{broker.port}"
     try:
-        direct, tiered = "bench-direct", "bench-tiered"
-        count = produce(bootstrap, [direct, tiered], args.megabytes, args.value_bytes, args.segment_mb, tiered)
-        client = BrokerClient(bootstrap)
-        leader = client.metadata([tiered])[tiered].partitions[0].leader
-        print(f"{count} records of {args.value_bytes} B per topic, {PARTITIONS} partitions, "
-              f"segment.bytes {args.segment_mb} MiB, lz4")
-
-        times = [backfill(bootstrap, direct, count) for _ in range(args.repeats)]
-        direct_s = statistics.median(t for t, _, _ in times)
-        payload = times[0][2]
-        direct_fb = statistics.median(first_byte_ms(bootstrap, direct) for _ in range(3))
-        print(f"{'source':<28}{'MB/s':>9}{'rec/s':>11}{'vs direct':>11}{'first byte ms':>15}{'proxy CPU s/GB':>16}{'peak RSS MB':>13}")
-        print(f"{'broker, direct':<28}{payload / direct_s / 1e6:>9.1f}{count / direct_s:>11.0f}{1:>11.2f}"
-              f"{direct_fb:>15.1f}")
-
-        tiers = {"local folder": [], "moto S3 (HTTP)": []}
-        bucket = new_bucket(moto.endpoint)
-        tiers["moto S3 (HTTP)"] = [
-            "--remote", f"s3://{bucket}/bench?endpoint_url={moto.endpoint}&region={REGION}",
-            "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
-            "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}"]
-        tiered_topic = tiered
-        for name, remote in tiers.items():
-            data = work / f"data-{len(name)}"
-            if name != "local folder":
-                # A second tiered copy of the data for this tier: a new topic, same content.
-                tiered_topic = f"{tiered}-s3"
-                produce(bootstrap, [tiered_topic], args.megabytes, args.value_bytes, args.segment_mb, tiered_topic)
-            proxy = start_proxy(bootstrap, work / f"proxy-{len(name)}", "--data-dir", str(data), *remote,
-                                "--set", "remote.log.manager.task.interval.ms=200")
-            try:
-                assert wait_until(lambda t=tiered_topic: mostly_trimmed(client, leader, t), 300), \
-                    "tiering did not finish"
-            finally:
-                proxy.stop()
-            results = []
-            for _ in range(args.repeats):
-                # A fresh proxy per backfill: cold caches, metadata from its store.
-                proxy = start_proxy(bootstrap, work / f"proxy-{len(name)}", "--data-dir", str(data), *remote,
-                                    "--set", "remote.log.manager.task.interval.ms=60000")
-                try:
-                    cold = first_byte_ms(proxy.bootstrap, tiered_topic)
-                    cpu = cpu_seconds(proxy.process.pid)
-                    seconds, got, size = backfill(proxy.bootstrap, tiered_topic, count)
-                    cpu = cpu_seconds(proxy.process.pid) - cpu
-                    rss = peak_rss_mb(proxy.process.pid)
-                    assert got == count, f"read {got} of {count}"
-                finally:
-                    proxy.stop()
-                results.append((seconds, cold, cache_line(proxy), cpu / (size / 1e9), rss))
-            seconds = statistics.median(r[0] for r in results)
-            cold = statistics.median(r[1] for r in results)
-            cpu_per_gb = statistics.median(r[3] for r in results)
-            rss = max(r[4] for r in results)
-            print(f"{'proxy, remote ' + name:<28}{payload / seconds / 1e6:>9.1f}{count / seconds:>11.0f}"
-                  f"{direct_s / seconds:>11.2f}{cold:>15.1f}{cpu_per_gb:>16.2f}{rss:>13.0f}")
-            print(f"    {results[-1][2]}")
-        low = [client.list_offset(leader, tiered, p, EARLIEST)[1] for p in range(PARTITIONS)]
-        print(f"broker log start of the tiered topic: {low} (of {count // PARTITIONS} per partition)")
+        run(args, work)
     finally:
-        moto.stop()
-        broker.stop()
+        stop_leftover_children()
+        if args.keep_work_dir:
+            print(f"work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
