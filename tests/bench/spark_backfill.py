@@ -5,6 +5,8 @@ An embedded noida-db holds a 3-partition topic that a proxy has tiered to a loca
 trimmed (local retention), so nearly all of it is remote. Then, one after the other:
 
 - baseline: one kafka-python consumer through the proxy, offset 0 to the end;
+- the data source's splits read one after the other in this process, without Spark (the Python
+  work its executors do: fetching, decoding, Arrow);
 - the data source on ``local[1]`` and on ``local[2]`` (fresh session each; the read is forced with
   Spark's ``noop`` sink, so nothing is written), timed without session start-up.
 
@@ -36,8 +38,11 @@ TOPIC = "history"
 
 
 def produce(bootstrap: str, megabytes: int, value_bytes: int, segment_mb: int) -> int:
+    # local.retention.bytes 1: every tiered segment leaves the broker, only the open one stays (Kafka
+    # keeps a segment while dropping it would leave less than the limit, so a limit of one segment
+    # kept two of them, and at small sizes most of the history, local).
     config = {"segment.bytes": str(segment_mb << 20), "remote.storage.enable": "true",
-              "local.retention.bytes": str(segment_mb << 20)}
+              "local.retention.bytes": "1"}
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result arrives
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(30)
     time.sleep(1)
@@ -56,6 +61,22 @@ def produce(bootstrap: str, megabytes: int, value_bytes: int, segment_mb: int) -
                 producer.poll(0.1)
     assert producer.flush(120) == 0
     return count
+
+
+def wait_tiered(client: BrokerClient, timeout: float) -> bool:
+    """Until local retention has dropped every tiered segment: each partition's log start is past 0
+    and has not moved for 5 s (the copier runs every 200 ms)."""
+    seen: list[int] = []
+    since = time.monotonic()
+
+    def settled() -> bool:
+        nonlocal seen, since
+        starts = [client.list_offset(1, TOPIC, p, EARLIEST)[1] for p in range(PARTITIONS)]
+        if starts != seen:
+            seen, since = starts, time.monotonic()
+        return min(starts) > 0 and time.monotonic() - since >= 5
+
+    return wait_until(settled, timeout)
 
 
 def kafka_python_read(bootstrap: str, count: int) -> tuple[float, int]:
@@ -97,6 +118,20 @@ def spark_read(master: str, options: dict[str, str], count: int) -> tuple[float,
         spark.stop()
 
 
+def in_process_read(options: dict[str, str], count: int) -> tuple[float, int]:
+    """Every split of the data source read in this process, one after the other (what its
+    executors do in Python, without Spark's scheduling and Arrow hand-over); (seconds, splits)."""
+    from tiering.spark.source import TieredKafkaBatchReader
+
+    reader = TieredKafkaBatchReader(options)
+    splits = reader.partitions()
+    started = time.monotonic()
+    rows = sum(batch.num_rows for split in splits for batch in reader.read(split))
+    seconds = time.monotonic() - started
+    assert rows == count, f"read {rows} rows of {count}"
+    return seconds, len(splits)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=int, default=100)
@@ -112,9 +147,7 @@ def main() -> None:
         proxy = start_proxy(broker.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
                             "--set", "remote.log.manager.task.interval.ms=200")
         client = BrokerClient(broker.bootstrap)
-        per_partition = count // PARTITIONS
-        assert wait_until(lambda: all(client.list_offset(1, TOPIC, p, EARLIEST)[1] > per_partition * 0.8
-                                      for p in range(PARTITIONS)), 600), "tiering did not catch up"
+        assert wait_tiered(client, 600), "tiering did not catch up"
         remote_share = sum(client.list_offset(1, TOPIC, p, EARLIEST)[1] for p in range(PARTITIONS)) / count
         payload = count * args.value_bytes
         print(f"history: {count} records, {payload / 1e6:.0f} MB payload, {remote_share:.0%} only in the remote tier")
@@ -124,6 +157,8 @@ def main() -> None:
         options = {"kafka.bootstrap.servers": proxy.bootstrap, "subscribe": TOPIC,
                    "remote.log.storage.uri": f"file://{work / 'data' / 'remote'}",
                    "remote.log.metadata.uri": f"file://{work / 'data' / 'metadata'}"}
+        seconds, tasks = in_process_read(options, count)
+        rows.append(("the source's splits read here, no Spark", seconds, str(tasks)))
         for master in ("local[1]", "local[2]"):
             seconds, tasks = spark_read(master, options, count)
             rows.append((f"tiered-kafka data source, {master}", seconds, str(tasks)))
