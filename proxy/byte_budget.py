@@ -26,15 +26,17 @@ class ByteBudget:
     async def acquire(self, want: int, minimum: int | None = None) -> Holding:
         """Hold up to ``want`` bytes, waiting until at least ``minimum`` (default: all of them)
         fit. The holding says how many were granted: all of ``want`` if they fit, else what
-        room there is (never less than ``minimum``)."""
+        room there is, never less than ``minimum`` (which alone may exceed the limit)."""
         want = max(want, 0)
         minimum = want if minimum is None else min(max(minimum, 0), want)
         if not self._fits(minimum):
             self.waits += 1
             while not self._fits(minimum):
                 await self._released.wait()
-        if self.limit <= 0 or self.used == 0:
+        if self.limit <= 0:
             granted = want
+        elif self.used == 0:
+            granted = min(want, max(self.limit, minimum))  # alone: the whole budget, or the minimum
         else:
             granted = max(min(want, self.limit - self.used), minimum)
         return self._hold(granted)

@@ -9,10 +9,10 @@ wait at most ``remote.fetch.max.wait.ms``. A read that fails or does not finish 
 logged and counted as TIERED_STORAGE_NOT_AVAILABLE and answers that partition with
 KAFKA_STORAGE_ERROR (56): kafka-python, aiokafka and confluent-kafka all retry it at the same
 position (tests/integration/test_remote_outage.py). Remote record bytes in answers not yet
-written to their clients are bounded by ``proxy.remote.fetch.buffer.max.bytes``: a read waits
-for room (within the same wait) and reads no more than the room it got, at least one batch; the
-first partition of each request is read without waiting, so the bound is the buffer plus one
-partition's answer per Fetch in flight.
+written to their clients are bounded by ``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes
+room for all its remote reads at once, waits for it at most half of ``remote.fetch.max.wait.ms``
+(then goes ahead with one chunk's worth beyond the buffer), and reads no more than the room it
+got, at least one batch per partition.
 UNKNOWN_SERVER_ERROR (-1), what Kafka itself
 sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
@@ -48,7 +48,7 @@ import trio
 
 from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
-from proxy.byte_budget import ByteBudget
+from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteRead, RemoteReader
@@ -122,6 +122,7 @@ class TieredReads(Filter):
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        self.room_timeouts = 0  # requests that went ahead without room in the remote fetch buffer
         self.by_topic = TopicCounters()  # remote fetch requests, bytes, errors per topic
         policy = props.get("proxy.fetch.routing.policy", "broker-first")
         if policy not in ("broker-first", "remote-preferred"):
@@ -152,7 +153,8 @@ class TieredReads(Filter):
         cache = (f", chunk cache hits {chunks.hits} misses {chunks.misses} (hit ratio {chunks.hit_ratio:.3f}), "
                  f"prefetched {chunks.prefetches}") if chunks is not None else ""
         return (f"remote fetches {self.remote_fetches}, remote fetch bytes {self.remote_fetch_bytes}, "
-                f"tiered storage not available {self.not_available}{cache}")
+                f"tiered storage not available {self.not_available}{cache}, remote fetch buffer peak "
+                f"{self.buffer.peak} bytes, waits {self.buffer.waits}, went ahead without room {self.room_timeouts}")
 
     def close(self) -> None:
         log.info("tiered reads: %s", self.stats())
@@ -206,6 +208,17 @@ class TieredReads(Filter):
 
         ctx.on_response(rewrite)
 
+    async def _room(self, want: int) -> Holding:
+        """Room in the remote fetch buffer for up to ``want`` bytes: what there is, at least a
+        chunk's worth. Waiting for it takes at most half of remote.fetch.max.wait.ms; then the read
+        goes ahead with that chunk's worth beyond the buffer, so answers held by a client that
+        stopped reading slow the others down but cannot stop them."""
+        minimum = min(want, _MIN_REMOTE_GRANT, max(self.buffer.limit, 1))
+        with trio.move_on_after(self.max_wait_s / 2):
+            return await self.buffer.acquire(want, minimum=minimum)
+        self.room_timeouts += 1
+        return self.buffer.take(minimum)
+
     def _remote_holds(self, tp: TopicIdPartition, offset: int) -> bool:
         rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
         return rx is not None and ry is not None and rx <= offset <= ry
@@ -255,43 +268,30 @@ class TieredReads(Filter):
                 log.warning("TIERED_STORAGE_NOT_AVAILABLE: transaction indexes of %s: %s", to_clean[0][0], exc)
         if to_read:
             share = max((budget - used) // len(to_read), 0)
+            limits = [min(partition_max, share) for *_, partition_max in to_read]
+            # Room for the whole request at once (its partitions never wait on one another),
+            # scaled down to what there is; the reads return at least one batch each anyway.
+            holding = await self._room(sum(limits))
+            ctx.held.append(holding)  # released once the client has the answer
+            scale = holding.nbytes / sum(limits) if sum(limits) else 1.0
             results: dict[int, RemoteRead | BaseException | None] = {}
-            waiting_for_room: set[int] = set()
 
             async def read_one(i: int, tp: TopicIdPartition, offset: int, limit: int) -> None:
-                # Room first: what there is, at least a chunk's worth (or all of a smaller limit).
-                # The request's first partition never waits, so answers held by a client that
-                # stopped reading slow other clients down but cannot stop them.
-                if i == 0:
-                    holding = self.buffer.take(limit)
-                else:
-                    waiting_for_room.add(i)
-                    holding = await self.buffer.acquire(limit, minimum=min(limit, _MIN_REMOTE_GRANT))
-                    waiting_for_room.discard(i)
-                ctx.held.append(holding)  # released once the client has the answer
                 try:
-                    result = await trio.to_thread.run_sync(
-                        lambda: self.reader.read(tp, offset, holding.nbytes, read_committed=read_committed),
+                    results[i] = await trio.to_thread.run_sync(
+                        lambda: self.reader.read(tp, offset, limit, read_committed=read_committed),
                         limiter=self.limiter, abandon_on_cancel=True)
                 except RemoteStorageError as exc:
-                    holding.release()
                     results[i] = exc
-                    return
-                # At least one batch is read whatever the limit: hold what was read.
-                holding.resize(result.size if result is not None else 0)
-                results[i] = result
 
             with trio.move_on_after(self.max_wait_s):
                 async with trio.open_nursery() as nursery:
-                    for i, (_, tp, offset, partition_max) in enumerate(to_read):
-                        nursery.start_soon(read_one, i, tp, offset, min(partition_max, share))
+                    for i, (_, tp, offset, _) in enumerate(to_read):
+                        nursery.start_soon(read_one, i, tp, offset, int(limits[i] * scale))
+            holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True
-                if i in waiting_for_room:
-                    results[i] = RemoteStorageError(
-                        f"no room in proxy.remote.fetch.buffer.max.bytes ({self.buffer.limit}) within "
-                        f"remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
-                elif i not in results:
+                if i not in results:
                     results[i] = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
                 result = results[i]
                 if isinstance(result, BaseException):

@@ -88,7 +88,7 @@ def test_concurrent_takers_never_exceed_the_limit_beyond_one_oversize_answer(lim
             held.append(holding.nbytes)
             assert min(minimum, want) <= holding.nbytes <= want
             if budget.used > limit:
-                assert len(held) == 1, (budget.used, held)
+                assert len([n for n in held if n]) == 1, (budget.used, held)  # alone (empty holdings aside)
             worst[0] = max(worst[0], budget.used)
             for _ in range(steps):
                 await trio.sleep(0)
