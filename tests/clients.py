@@ -243,6 +243,25 @@ async def _aio_consume_records(bootstrap: str, topic: str, partitions: int, expe
     return dict(out)
 
 
+def offsets_read(client: str, bootstrap: str, topic: str, partitions: int, expected: int,
+                 results: dict[str, object]) -> None:
+    """For a thread: the offsets ``client`` reads from offset 0 of every partition
+    (read_uncommitted), or the exception it raised, into ``results[client]``."""
+    try:
+        got = consume_records(client, bootstrap, topic, partitions, expected, isolation="read_uncommitted",
+                              timeout=120)
+        results[client] = {p: [r.offset for r in records] for p, records in got.items()}
+    except Exception as e:  # noqa: BLE001 - the test reports it
+        results[client] = e
+
+
+def check_every_offset(offsets: object, partitions: int, per_partition: int) -> None:
+    """``offsets_read`` got every offset 0..per_partition-1 of every partition, once, in order."""
+    assert isinstance(offsets, dict), offsets
+    for p in range(partitions):
+        assert offsets.get(p) == list(range(per_partition)), p
+
+
 def read_to_end(bootstrap: str, topic: str, partitions: int, *, isolation: str = "read_committed",
                 timeout: float = 120) -> dict[int, list[Record]]:
     """Every record of every partition up to its end (last stable offset for read_committed),

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.apis import FETCH
-from tests.clients import CLIENTS, consume_records
+from tests.clients import CLIENTS, check_every_offset, offsets_read
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, wait_until
@@ -85,30 +85,17 @@ def buffers(url: str) -> dict[tuple[str, str], float]:
     return out
 
 
-def _read_everything(client: str, bounded: Bounded, results: dict[str, object]) -> None:
-    try:
-        got = consume_records(client, bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES,
-                              isolation="read_uncommitted", timeout=120)
-        results[client] = {p: [r.offset for r in records] for p, records in got.items()}
-    except Exception as e:  # noqa: BLE001 - reported by the test
-        results[client] = e
-
-
-def _check_complete(offsets: object) -> None:
-    assert isinstance(offsets, dict), offsets
-    for p in range(PARTITIONS):
-        assert offsets[p] == list(range(MESSAGES // PARTITIONS)), p
-
-
 def test_three_backfills_at_once_stay_within_the_remote_fetch_buffer(bounded):
     results: dict[str, object] = {}
-    threads = [threading.Thread(target=_read_everything, args=(c, bounded, results)) for c in CLIENTS]
+    threads = [threading.Thread(target=offsets_read,
+                                args=(c, bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES, results))
+               for c in CLIENTS]
     for t in threads:
         t.start()
     for t in threads:
         t.join(150)
     for client in CLIENTS:
-        _check_complete(results.get(client))
+        check_every_offset(results.get(client), PARTITIONS, MESSAGES // PARTITIONS)
     seen = buffers(bounded.metrics_url)
     # Beyond the buffer: per Fetch in flight (one per client), the room it took after waiting
     # half of remote.fetch.max.wait.ms (at most the buffer) and, per partition, the part of one
@@ -142,8 +129,8 @@ def test_a_client_that_stops_reading_holds_up_no_other_client(bounded):
         assert wait_until(lambda: buffers(bounded.metrics_url)[("tiered_proxy_buffered_bytes", RESPONSE)] > 0, 10)
         started = time.monotonic()
         results: dict[str, object] = {}
-        _read_everything("confluent", bounded, results)
-        _check_complete(results["confluent"])
+        offsets_read("confluent", bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES, results)
+        check_every_offset(results["confluent"], PARTITIONS, MESSAGES // PARTITIONS)
         assert time.monotonic() - started < 60
     finally:
         stalled.close()

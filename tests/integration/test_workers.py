@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from protocol.apis import API_VERSIONS
 from proxy.cli import main
-from tests.clients import CLIENTS, consume_records
+from tests.clients import CLIENTS, check_every_offset, offsets_read
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, wait_until
@@ -102,21 +102,6 @@ def workers(tansu, tmp_path_factory) -> Iterator[Workers]:
         proxy.stop(timeout=45)
 
 
-def _read_everything(client: str, workers: Workers, results: dict[str, object]) -> None:
-    try:
-        got = consume_records(client, workers.proxy.bootstrap, workers.topic, PARTITIONS, MESSAGES,
-                              isolation="read_uncommitted", timeout=120)
-        results[client] = {p: [r.offset for r in records] for p, records in got.items()}
-    except Exception as e:  # noqa: BLE001 - reported by the test
-        results[client] = e
-
-
-def _check_complete(offsets: object) -> None:
-    assert isinstance(offsets, dict), offsets
-    for p in range(PARTITIONS):
-        assert offsets[p] == list(range(MESSAGES // PARTITIONS)), p
-
-
 def test_connections_spread_over_both_workers_and_every_client_reads_the_history(workers):
     before = [workers.metric(w, "tiered_proxy_connections_total") for w in (0, 1)]
     raws = [RawClient(workers.proxy.bootstrap) for _ in range(16)]
@@ -129,13 +114,15 @@ def test_connections_spread_over_both_workers_and_every_client_reads_the_history
     accepted = [workers.metric(w, "tiered_proxy_connections_total") - before[w] for w in (0, 1)]
     assert sum(accepted) == 16 and min(accepted) > 0, accepted  # 2 * 2**-16 odds of a false failure
     results: dict[str, object] = {}
-    threads = [threading.Thread(target=_read_everything, args=(c, workers, results)) for c in CLIENTS]
+    threads = [threading.Thread(target=offsets_read,
+                                args=(c, workers.proxy.bootstrap, workers.topic, PARTITIONS, MESSAGES, results))
+               for c in CLIENTS]
     for t in threads:
         t.start()
     for t in threads:
         t.join(150)
     for client in CLIENTS:
-        _check_complete(results.get(client))
+        check_every_offset(results.get(client), PARTITIONS, MESSAGES // PARTITIONS)
     remote = [workers.metric(w, "kafka_server_brokertopicmetrics_remotefetchbytespersec_total") for w in (0, 1)]
     assert sum(remote) > 0, remote
 
@@ -148,8 +135,8 @@ def test_a_worker_killed_with_minus_9_is_replaced(workers):
         workers.proxy.log_text()[-3000:]
     assert f"worker 1 (pid {old}) exited with -9; restarting it" in workers.proxy.log_text()
     results: dict[str, object] = {}
-    _read_everything("confluent", workers, results)
-    _check_complete(results["confluent"])
+    offsets_read("confluent", workers.proxy.bootstrap, workers.topic, PARTITIONS, MESSAGES, results)
+    check_every_offset(results["confluent"], PARTITIONS, MESSAGES // PARTITIONS)
 
 
 def test_sigterm_to_the_supervisor_stops_every_worker(workers):
