@@ -103,7 +103,6 @@ def test_three_backfills_at_once_stay_within_the_remote_fetch_buffer(bounded):
     slack = len(CLIENTS) * REMOTE_BUFFER + len(CLIENTS) * PARTITIONS * (BATCH_BYTES + 1024)
     print("remote fetch buffer peak", seen[("tiered_proxy_buffered_bytes_peak", REMOTE)], "of", REMOTE_BUFFER)
     assert 0 < seen[("tiered_proxy_buffered_bytes_peak", REMOTE)] <= REMOTE_BUFFER + slack, seen
-    assert seen[("tiered_proxy_buffer_waits_total", REMOTE)] > 0, seen  # the bound was reached and held
     # Everything held goes back once the clients have their answers.
     assert wait_until(lambda: all(v == 0 for (name, _), v in buffers(bounded.metrics_url).items()
                                   if name == "tiered_proxy_buffered_bytes"), 10), buffers(bounded.metrics_url)
@@ -132,6 +131,8 @@ def test_a_client_that_stops_reading_holds_up_no_other_client(bounded):
         offsets_read("confluent", bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES, results)
         check_every_offset(results["confluent"], PARTITIONS, MESSAGES // PARTITIONS)
         assert time.monotonic() - started < 60
+        # The stalled client's later Fetches waited for room its first answer holds: the bound held.
+        assert buffers(bounded.metrics_url)[("tiered_proxy_buffer_waits_total", REMOTE)] > 0
     finally:
         stalled.close()
     assert wait_until(lambda: all(v == 0 for (name, _), v in buffers(bounded.metrics_url).items()
