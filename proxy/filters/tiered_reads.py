@@ -12,9 +12,8 @@ position (tests/integration/test_remote_outage.py). Remote record bytes in answe
 written to their clients are bounded by ``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes
 room for all its remote reads at once, waits for it at most half of ``remote.fetch.max.wait.ms``
 (then goes ahead with one chunk's worth beyond the buffer), and reads no more than the room it
-got, at least one batch per partition.
-UNKNOWN_SERVER_ERROR (-1), what Kafka itself
-sends, was tried the same way: kafka-python raises it to the application, which then stops
+got, at least one batch per partition. UNKNOWN_SERVER_ERROR (-1), what Kafka itself sends, was
+tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
 With ``proxy.fetch.routing.policy=remote-preferred`` every fetch offset the remote tier holds
@@ -68,8 +67,9 @@ LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy
 FETCH_MAX_VERSION = 15
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
-# A remote read waits for at least this much room in the remote fetch buffer (or all of a smaller
-# limit) rather than start with a sliver; it returns at least one batch whatever it was granted.
+# A Fetch's remote reads wait for at least this much room in the remote fetch buffer (or all of a
+# smaller want, or the whole buffer if smaller) rather than start with a sliver; each read returns
+# at least one batch whatever share of the room it got.
 _MIN_REMOTE_GRANT = 1 << 20
 # The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
