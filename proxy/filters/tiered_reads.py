@@ -8,13 +8,14 @@ parallel on worker threads (at most ``remote.log.reader.threads`` at once across
 wait at most ``remote.fetch.max.wait.ms``. A read that fails or does not finish in time is
 logged and counted as TIERED_STORAGE_NOT_AVAILABLE and answers that partition with
 KAFKA_STORAGE_ERROR (56): kafka-python, aiokafka and confluent-kafka all retry it at the same
-position (tests/integration/test_remote_outage.py). Remote record bytes in answers not yet
-written to their clients are bounded by ``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes
-room for all its remote reads at once, waits for it at most half of ``remote.fetch.max.wait.ms``
-(then goes ahead with one chunk's worth beyond the buffer), and reads no more than the room it
-got, at least one batch per partition. UNKNOWN_SERVER_ERROR (-1), what Kafka itself sends, was
-tried the same way: kafka-python raises it to the application, which then stops
+position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), what Kafka itself
+sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
+
+Remote record bytes in answers not yet written to their clients are bounded by
+``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes room for all its remote reads at once,
+waits for it at most half of ``remote.fetch.max.wait.ms`` (then goes ahead with one chunk's worth
+beyond the buffer), and reads no more than the room it got, at least one batch per partition.
 
 With ``proxy.fetch.routing.policy=remote-preferred`` every fetch offset the remote tier holds
 (``Rx <= o <= Ry``) is served from it, keeping cold reads off the brokers' disks; the broker is
