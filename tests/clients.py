@@ -255,6 +255,20 @@ def offsets_read(client: str, bootstrap: str, topic: str, partitions: int, expec
         results[client] = e
 
 
+def every_client_reads_at_once(bootstrap: str, topic: str, partitions: int, expected: int) -> None:
+    """Every client library reads the topic from offset 0 at the same time (one thread each) and
+    gets every offset once, in order."""
+    results: dict[str, object] = {}
+    threads = [threading.Thread(target=offsets_read, args=(c, bootstrap, topic, partitions, expected, results))
+               for c in CLIENTS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    for client in CLIENTS:
+        check_every_offset(results.get(client), partitions, expected // partitions)
+
+
 def check_every_offset(offsets: object, partitions: int, per_partition: int) -> None:
     """``offsets_read`` got every offset 0..per_partition-1 of every partition, once, in order."""
     assert isinstance(offsets, dict), offsets

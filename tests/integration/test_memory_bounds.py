@@ -7,7 +7,6 @@ that stops reading holds up no one else, and everything held goes back."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.apis import FETCH
-from tests.clients import CLIENTS, check_every_offset, offsets_read
+from tests.clients import CLIENTS, check_every_offset, every_client_reads_at_once, offsets_read
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, wait_until
@@ -86,22 +85,12 @@ def buffers(url: str) -> dict[tuple[str, str], float]:
 
 
 def test_three_backfills_at_once_stay_within_the_remote_fetch_buffer(bounded):
-    results: dict[str, object] = {}
-    threads = [threading.Thread(target=offsets_read,
-                                args=(c, bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES, results))
-               for c in CLIENTS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(150)
-    for client in CLIENTS:
-        check_every_offset(results.get(client), PARTITIONS, MESSAGES // PARTITIONS)
+    every_client_reads_at_once(bounded.proxy.bootstrap, bounded.topic, PARTITIONS, MESSAGES)
     seen = buffers(bounded.metrics_url)
     # Beyond the buffer: per Fetch in flight (one per client), the room it took after waiting
     # half of remote.fetch.max.wait.ms (at most the buffer) and, per partition, the part of one
     # batch past its share.
     slack = len(CLIENTS) * REMOTE_BUFFER + len(CLIENTS) * PARTITIONS * (BATCH_BYTES + 1024)
-    print("remote fetch buffer peak", seen[("tiered_proxy_buffered_bytes_peak", REMOTE)], "of", REMOTE_BUFFER)
     assert 0 < seen[("tiered_proxy_buffered_bytes_peak", REMOTE)] <= REMOTE_BUFFER + slack, seen
     # Everything held goes back once the clients have their answers.
     assert wait_until(lambda: all(v == 0 for (name, _), v in buffers(bounded.metrics_url).items()

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import socket
-import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from confluent_kafka import Producer
 
 from protocol.apis import API_VERSIONS
 from proxy.cli import main
-from tests.clients import CLIENTS, check_every_offset, offsets_read
+from tests.clients import check_every_offset, every_client_reads_at_once, offsets_read
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, wait_until
@@ -113,16 +112,7 @@ def test_connections_spread_over_both_workers_and_every_client_reads_the_history
             raw.close()
     accepted = [workers.metric(w, "tiered_proxy_connections_total") - before[w] for w in (0, 1)]
     assert sum(accepted) == 16 and min(accepted) > 0, accepted  # 2 * 2**-16 odds of a false failure
-    results: dict[str, object] = {}
-    threads = [threading.Thread(target=offsets_read,
-                                args=(c, workers.proxy.bootstrap, workers.topic, PARTITIONS, MESSAGES, results))
-               for c in CLIENTS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(150)
-    for client in CLIENTS:
-        check_every_offset(results.get(client), PARTITIONS, MESSAGES // PARTITIONS)
+    every_client_reads_at_once(workers.proxy.bootstrap, workers.topic, PARTITIONS, MESSAGES)
     remote = [workers.metric(w, "kafka_server_brokertopicmetrics_remotefetchbytespersec_total") for w in (0, 1)]
     assert sum(remote) > 0, remote
 
