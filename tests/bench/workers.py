@@ -2,7 +2,8 @@
 in one run.
 
 An embedded noida-db holds a 3-partition topic that a proxy tiered (metadata topic, local-folder
-tier) and trimmed, so reading it from offset 0 comes from the remote tier. Then, alternating
+tier) and trimmed to its open segment, so reading it from offset 0 comes from the remote tier (the
+topic and its tiering are tests/bench/spark_backfill.py's). Then, alternating
 (1, N, 1, N, ... ``--repeat`` times), a fresh ``tiered-proxy serve`` with that many workers on the
 same metadata topic and remote folder, and ``--consumers`` confluent-kafka consumer processes
 that each read the whole topic from offset 0 at the same time. Prints, per worker count, the
@@ -17,47 +18,19 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import random
 import re
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from proxy.embedded_broker import start_broker
+from tests.bench.spark_backfill import PARTITIONS, TOPIC, produce, wait_tiered
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import wait_until
-from tiering.broker_client import EARLIEST, BrokerClient
+from tiering.broker_client import BrokerClient
 
-PARTITIONS = 3
-TOPIC = "deep"
 METADATA = "topic://bench-workers-metadata"
-
-
-def produce(bootstrap: str, megabytes: int, value_bytes: int, segment_mb: int) -> int:
-    config = {"segment.bytes": str(segment_mb << 20), "remote.storage.enable": "true",
-              "local.retention.bytes": str(segment_mb << 20)}
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(30)
-    time.sleep(1)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
-    count = (megabytes << 20) // value_bytes
-    rng = random.Random(7)
-    half = value_bytes // 2
-    for i in range(count):
-        value = rng.randbytes(half) + b"x" * (value_bytes - half)
-        while True:
-            try:
-                producer.produce(TOPIC, value=value, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(300) == 0
-    return count
 
 
 def consume(bootstrap: str, count: int, out: mp.Queue) -> None:
@@ -124,18 +97,7 @@ def main() -> None:
         tiering = start_proxy(broker.bootstrap, work / "tiering", *common,
                               "--set", "remote.log.manager.task.interval.ms=200")
         proxies.append(tiering)
-        client = BrokerClient(broker.bootstrap)
-        leader = client.metadata([TOPIC])[TOPIC].partitions[0].leader
-        seen: list[tuple[float, list[int]]] = []
-
-        def settled() -> bool:
-            # Tiering is done when the broker's log start moved and then stayed for 5 s.
-            starts = [client.list_offset(leader, TOPIC, p, EARLIEST)[1] for p in range(PARTITIONS)]
-            seen.append((time.monotonic(), starts))
-            return min(starts) > 0 and any(time.monotonic() - t >= 5 for t, s in seen if s == starts)
-
-        assert wait_until(settled, 600, interval=0.5), "tiering did not finish"
-        print(f"tiered: broker log start {seen[-1][1]} of {count // PARTITIONS} records per partition", flush=True)
+        assert wait_tiered(BrokerClient(broker.bootstrap), 600), "tiering did not finish"
         tiering.stop()
         figures: dict[int, list[tuple[float, float]]] = {1: [], args.workers: []}
         for _ in range(args.repeat):
