@@ -45,11 +45,12 @@ def check_workers(props: Mapping[str, str], workers: int) -> None:
     """More than one worker needs a metadata store they can share."""
     if workers <= 1 or not TieringConfig.from_properties(props).enabled:
         return
-    metadata = str(props.get(METADATA_URI_CONFIG) or "file:")
-    if not metadata.startswith("topic:"):
+    metadata = props.get(METADATA_URI_CONFIG)
+    if not str(metadata or "").startswith("topic:"):
+        store = f"the embedded journal {metadata}" if metadata else "the embedded journal (the default)"
         raise ConfigError(
             f"{WORKERS_CONFIG}={workers} needs a metadata store the workers share: set --metadata topic:// "
-            f"({METADATA_URI_CONFIG}); the embedded journal ({metadata}) has a single writer")
+            f"({METADATA_URI_CONFIG}); {store} has a single writer")
 
 
 def worker_overrides(props: Mapping[str, str], index: int, metrics: tuple[str, int] | None) -> dict[str, str]:
