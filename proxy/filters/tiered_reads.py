@@ -68,6 +68,10 @@ LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy
 FETCH_MAX_VERSION = 15
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
+# The longest a broker may hold a Fetch the remote tier answers anyway (remote-preferred): the
+# remote records meet the client's min_bytes, so waiting for more broker data only delays them.
+# Not 0: Tansu answers a 0 ms wait with no partitions at all (tests/UPSTREAMS.md).
+_PREFERRED_BROKER_WAIT_MS = 1
 # A Fetch's remote reads wait for at least this much room in the remote fetch buffer (or all of a
 # smaller want, or the whole buffer if smaller) rather than start with a sliver; each read returns
 # at least one batch whatever share of the room it got.
@@ -200,6 +204,9 @@ class TieredReads(Filter):
             for t in request["topics"]:
                 t["partitions"] = [{**p, "fetch_offset": _NO_SUCH_OFFSET} if (t[topic_field], p["partition"]) in preferred
                                    else p for p in t["partitions"]]
+            # A broker answering OFFSET_OUT_OF_RANGE does so at once; one that answers "nothing
+            # there" (Tansu) would otherwise hold the request for its whole max_wait_ms.
+            request["max_wait_ms"] = min(request["max_wait_ms"], _PREFERRED_BROKER_WAIT_MS)
             ctx.request.changed()
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1

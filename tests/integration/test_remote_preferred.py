@@ -4,6 +4,7 @@ the broker's own batches byte for byte, and consumers read the whole history fro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -136,6 +137,28 @@ def test_read_committed_gets_its_aborted_transactions_from_the_remote_tier(prefe
     got = consume_records("kafka-python", preferred.proxy.bootstrap, preferred.topic, PARTITIONS,
                           sum(len(v) for v in want.values()), timeout=120)
     assert got == want
+
+
+def test_the_broker_does_not_hold_a_fetch_the_remote_tier_answers(preferred):
+    """The proxy asks the broker at an offset no log has; Tansu answers that with "nothing there"
+    only after the Fetch's whole max_wait_ms, unless the proxy shortens it (a consumer then read
+    50 MB/s instead of 250, one wait per Fetch)."""
+    (port,) = preferred.proxy.node_ports.values()
+    client = RawClient(f"127.0.0.1:{port}")
+    try:
+        started = time.monotonic()
+        answer = client.request(FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 5000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": preferred.topic, "partitions": [{
+                "partition": 0, "fetch_offset": 0, "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+        seconds = time.monotonic() - started
+    finally:
+        client.close()
+    (part,) = answer["responses"][0]["partitions"]
+    assert part["error_code"] == 0 and len(part["records"]) > 0
+    assert seconds < 2.5, f"answered after {seconds:.1f} s: the broker held it for max_wait_ms"
 
 
 def test_the_remote_tier_served_the_reads(preferred):
