@@ -185,8 +185,8 @@ class Core(Protocol):
 
 
 # (api key, outcome, seconds from arrival to response written). Outcomes: forwarded (as is),
-# rewritten (a filter changed the request or answer), local (answered by the proxy),
-# unsupported (UNSUPPORTED_VERSION), no_response (acks=0).
+# relayed (forwarded as it arrived), rewritten (a filter changed the request or answer), local
+# (answered by the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0).
 RequestObserver = Callable[[int, str, float], None]
 
 

@@ -4,6 +4,11 @@ Three tasks share a connection: the request loop reads client frames and either 
 locally or forwards them upstream; the upstream loop reads broker responses, rewrites the ones
 that need it and fills the request's slot; the response loop writes slots to the client strictly
 in request order. A slow answer therefore delays later answers on its own connection only.
+
+A large answer that no filter needs to see (``_RELAY_MIN_BYTES`` or more) is relayed instead:
+when its turn comes, the response loop streams it from the broker's socket to the client's as it
+arrives, through one small buffer, and the upstream loop reads on once it has gone through. So the
+client's first byte does not wait for the broker's last, and the answer is never held whole.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ from proxy.upstream import BrokerVersions, UpstreamError
 log = logging.getLogger(__name__)
 
 _I16 = struct.Struct(">h")
+# Answers at least this large that no filter needs are relayed as they arrive (module docstring):
+# holding a multi-MiB Fetch answer whole before sending it added its transfer time to every
+# Fetch (tests/bench/backfill.py, raw pass-through reads). Smaller ones cost little to hold.
+_RELAY_MIN_BYTES = 512 * 1024
+_RELAY_CHUNK = 256 * 1024
 
 
 class Server(Protocol):
@@ -48,6 +58,21 @@ class Server(Protocol):
     def request_done(self, api_key: int, outcome: str, seconds: float) -> None: ...
 
 
+class Relay:
+    """An answer to stream from the broker's socket to the client's (module docstring); ``done``
+    is set once it has gone through, or failed."""
+
+    __slots__ = ("source", "size", "done")
+
+    def __init__(self, source: FrameStream, size: int) -> None:
+        self.source = source
+        self.size = size
+        self.done = trio.Event()
+
+
+Payload = bytes | bytearray | memoryview | list[Any] | Relay
+
+
 class Slot:
     """The place of one request's response in the connection's response order."""
 
@@ -55,12 +80,13 @@ class Slot:
 
     def __init__(self, api_key: int, version: int) -> None:
         self.done = trio.Event()
-        self.payload: bytes | bytearray | memoryview | list[Any] | None = None  # None: nothing goes back to the client
+        self.payload: Payload | None = None  # None: nothing goes back to the client
         self.api_key = api_key
         self.version = version
         self.started = time.perf_counter()
-        # forwarded (as is), rewritten (the proxy changed request or answer), local (answered by
-        # the proxy), unsupported (UNSUPPORTED_VERSION), no_response (acks=0)
+        # forwarded (as is), relayed (forwarded as it arrived), rewritten (the proxy changed
+        # request or answer), local (answered by the proxy), unsupported (UNSUPPORTED_VERSION),
+        # no_response (acks=0)
         self.outcome = "forwarded"
         self.held: list[Holding] = []  # budget bytes the answer takes until the client has it
 
@@ -69,7 +95,7 @@ class Slot:
             holding.release()
         self.held.clear()
 
-    def resolve(self, payload: bytes | bytearray | memoryview | list[Any] | None) -> None:
+    def resolve(self, payload: Payload | None) -> None:
         self.payload = payload
         self.done.set()
 
@@ -180,13 +206,24 @@ class ClientConnection:
         metrics = self.proxy.metrics
         async for slot in self._slots_out:
             await slot.done.wait()
-            if slot.payload is not None:
+            if isinstance(slot.payload, Relay):
+                await self._relay(slot.payload)
+                metrics.bytes_out += slot.payload.size + 4
+            elif slot.payload is not None:
                 await self.client.write_frame(slot.payload)
                 metrics.bytes_out += _size(slot.payload) + 4
             slot.release()
             self._unsent.discard(slot)
             self.proxy.request_done(slot.api_key, slot.outcome, time.perf_counter() - slot.started)
         self._drained.set()
+
+    async def _relay(self, relay: Relay) -> None:
+        try:
+            await relay.source.relay_frame(self.client, bytearray(min(relay.size, _RELAY_CHUNK)))
+        except FrameError as e:
+            raise UpstreamError(f"broker {self._target()}: {e}") from e
+        finally:
+            relay.done.set()
 
     async def _handle(self, frame: bytes | bytearray) -> None:
         view = memoryview(frame)
@@ -302,6 +339,17 @@ class ClientConnection:
             # connection holding no answer always gets one, so a client that stops reading can
             # hold up its own answers but never another client's.
             size = await self.upstream.next_frame_size() or 0
+            relayed = await self._relayable(size)
+            if relayed is not None:
+                # Only the relay's buffer is held; the rest of the answer waits in the socket.
+                chunk = min(size, _RELAY_CHUNK)
+                holding = await budget.acquire(chunk) if self._holds_answers() else budget.take(chunk)
+                relay = Relay(self.upstream, size)
+                relayed.held.append(holding)
+                relayed.outcome = "relayed"
+                relayed.resolve(relay)
+                await relay.done.wait()
+                continue
             holding = await budget.acquire(size) if self._holds_answers() else budget.take(size)
             try:
                 frame, entry = await self._next_answer()
@@ -316,6 +364,29 @@ class ClientConnection:
                 entry.slot.resolve(await self._respond_through(entry.ctx, memoryview(frame)))
             else:
                 entry.slot.resolve(frame)
+
+    async def _relayable(self, size: int) -> Slot | None:
+        """The slot of the broker's next answer if it is to be relayed (large, and no filter asked
+        to see it), its entry taken off the pending queue; else None, the queue untouched."""
+        if size < _RELAY_MIN_BYTES:
+            return None
+        assert self.upstream is not None
+        head = await self.upstream.peek(8)
+        if head is None:
+            return None  # closed: _next_answer says so
+        (corr,) = struct.unpack_from(">i", head, 4)
+        pending = self._pending
+        at = 0  # acks=0 produces the broker may never answer come first, as in _next_answer
+        while at < len(pending) and pending[at].correlation_id != corr and pending[at].slot is None:
+            at += 1
+        if at == len(pending) or pending[at].correlation_id != corr:
+            return None  # out of order or unknown: _next_answer says so
+        entry = pending[at]
+        if entry.slot is None or entry.ctx is not None:
+            return None
+        for _ in range(at + 1):
+            pending.popleft()
+        return entry.slot
 
     def _holds_answers(self) -> bool:
         return any(slot.held for slot in self._unsent)

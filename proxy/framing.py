@@ -52,6 +52,39 @@ class FrameStream:
             raise FrameError(f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)")
         return size
 
+    async def peek(self, n: int) -> bytes | None:
+        """The next ``n`` bytes (size prefix included), left unread; None if the peer closes first."""
+        buf = self._buf
+        while len(buf) < n:
+            chunk = await self._sock.recv(_RECV_CHUNK)
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf[:n])
+
+    async def relay_frame(self, to: FrameStream, chunk: bytearray) -> None:
+        """Stream the next frame (its size read by ``next_frame_size``) to ``to`` as it arrives,
+        through ``chunk``: the frame is never held whole. A peer that closes inside the frame
+        raises FrameError."""
+        size = await self.next_frame_size()
+        if size is None:
+            raise FrameError("connection closed before a frame")
+        buf = self._buf
+        total = 4 + size
+        self.bytes_in += total
+        to.bytes_out += total
+        head = min(len(buf), total)
+        await to.stream.send_all(bytes(buf[:head]))
+        del buf[:head]
+        left = total - head
+        view = memoryview(chunk)
+        while left:
+            n = await self._sock.recv_into(view[:min(left, len(view))])
+            if n == 0:
+                raise FrameError(f"connection closed inside a frame ({total - left - 4} of {size} bytes)")
+            await to.stream.send_all(view[:n])
+            left -= n
+
     async def read_frame(self) -> bytearray | bytes | None:
         """The next frame's payload, or None when the peer closed cleanly between frames."""
         size = await self.next_frame_size()

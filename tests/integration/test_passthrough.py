@@ -6,8 +6,11 @@ import time
 
 import pytest
 
+from protocol.apis import FETCH, METADATA
 from tests.clients import CLIENTS, COMPRESSIONS, GroupMember, Rec, admin_round_trip, consume_all, produce
-from tests.proxy_process import RemotePortSampler
+from tests.integration.test_metrics import scrape
+from tests.proxy_process import RemotePortSampler, free_port, start_proxy
+from tests.raw import RawClient
 
 PER_CODEC = 20_000  # 5 codecs x 20k = 100k messages per client
 
@@ -148,3 +151,57 @@ def test_acks_zero_produce_gets_no_response_and_data_lands(upstream, proxy, uniq
     # acks=0 has no delivery report; the data must still arrive, in order.
     consumed = consume_all("kafka-python", proxy.bootstrap, unique_name, 1, len(records), timeout=30)
     assert [v for _, _, v in consumed[0]] == [r.value for r in records]
+
+
+def _fetch_body(topic: str, partition_max: int) -> dict:
+    return {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "fetch_offset": 0, "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": partition_max}]}]}
+
+
+def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_path):
+    """A multi-MiB Fetch answer no filter needs goes through the proxy as it arrives, never held
+    whole: through a 64 KiB response buffer, pipelined with small requests on one connection, in
+    order and byte for byte what the broker answers directly."""
+    from confluent_kafka import Producer
+
+    topic = unique_name
+    create_topic(upstream.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": upstream.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
+    for i in range(3000):
+        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
+    assert producer.flush(30) == 0
+    metrics_port = free_port()
+    proxy = start_proxy(upstream.bootstrap, tmp_path / "proxy", "--set", "proxy.response.buffer.max.bytes=65536",
+                        "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
+    try:
+        direct = RawClient(upstream.bootstrap)
+        try:
+            expected = direct.request(FETCH, 12, _fetch_body(topic, 16 << 20))
+        finally:
+            direct.close()
+        records = expected["responses"][0]["partitions"][0]["records"]
+        assert len(records) >= 2 << 20, len(records)
+        (port,) = proxy.node_ports.values()
+        client = RawClient(f"127.0.0.1:{port}")
+        try:
+            sent = [client.send(FETCH, 12, _fetch_body(topic, 16 << 20)), client.send(METADATA, 9, {"topics": None}),
+                    client.send(FETCH, 12, _fetch_body(topic, 16 << 20)), client.send(METADATA, 9, {"topics": None})]
+            answers = [client.recv() for _ in sent]
+        finally:
+            client.close()
+        assert [corr for corr, _ in answers] == sent
+        for (_, answer), kind in zip(answers, ("fetch", "metadata", "fetch", "metadata"), strict=True):
+            if kind == "fetch":
+                assert answer["responses"][0]["partitions"][0]["records"] == records
+            else:
+                assert answer["brokers"], answer
+        metrics = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert metrics[("tiered_proxy_requests_total", (("api", "Fetch"), ("outcome", "relayed")))] == 2, metrics
+        # Only the relay's buffer was ever held, not the answers.
+        peak = metrics[("tiered_proxy_buffered_bytes_peak", (("budget", "proxy.response.buffer.max.bytes"),))]
+        assert 0 < peak <= 256 * 1024, peak
+    finally:
+        proxy.stop()
