@@ -8,6 +8,7 @@ tests/UPSTREAMS.md says what each does and does not do.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -61,6 +62,25 @@ class EmbeddedBroker:
         except subprocess.TimeoutExpired:
             os.killpg(self.pid, signal.SIGKILL)
             process.wait(5)
+        # noida-db's server, the CLI's child, can outlive the CLI by seconds, writing to the data
+        # dir meanwhile: stopped means the whole group is gone.
+        # (Bounded: a group of zombies nobody reaps would look alive for ever.)
+        for grace, sig in ((timeout, signal.SIGKILL), (5, None)):
+            deadline = time.monotonic() + grace
+            while _group_alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if sig is None or not _group_alive(self.pid):
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _tansu_binary() -> Path:
