@@ -1,20 +1,29 @@
 """Backfill from offset 0: straight from the broker, through the proxy, and from the remote tier.
 
-    python -m tests.bench.backfill [--megabytes 100] [--repeat 3] [--value-bytes 1000]
-                                   [--segment-mb 2] [--codec lz4] [--skip-s3] [--keep-work-dir]
+    python -m tests.bench.backfill [--broker noida|tansu] [--megabytes 100] [--repeat 3]
+                                   [--value-bytes 1000] [--segment-mb 2] [--codec lz4] [--skip-s3]
+                                   [--keep-work-dir]
 
-One run on an embedded noida-db. Two topics with identical content (3 partitions, keys ``0..n``,
-values half random and half repeated, produced with ``--codec``) are written: ``bench-direct`` is
-never tiered; ``bench-tiered`` is tiered by a proxy, which then moves the broker's log start to
-the end of what it tiered (local retention: one segment), so reading it from offset 0 through the
-proxy comes from the remote tier. The bench waits until the broker's log start has moved and then
-stopped moving, so no copying is left for the measurement proxies, and prints how much of each
-partition the broker dropped: with small ``--megabytes`` the local retention (one segment) and the
-active segment are a large share, which the remote variants read from the broker.
+One run on an embedded broker (``--broker``, noida-db by default). Two topics with identical
+content (3 partitions, keys ``0..n``, values half random and half repeated, produced with
+``--codec``) are written: ``bench-direct`` is never tiered; ``bench-tiered`` is tiered by a proxy.
+
+- On noida-db the proxy then moves the broker's log start to the end of what it tiered (local
+  retention: one segment), so reading it from offset 0 through the proxy comes from the remote
+  tier. The bench waits until the broker's log start has moved and then stopped moving, so no
+  copying is left for the measurement proxies, and prints how much of each partition the broker
+  dropped: with small ``--megabytes`` the local retention (one segment) and the active segment
+  are a large share, which the remote variants read from the broker.
+- Tansu never moves its log start (tests/UPSTREAMS.md): it keeps everything, so broker-first
+  reads the whole tiered topic from the broker (pass-through of a tiered topic, through the
+  Fetch rewrite) and only remote-preferred reads the remote tier. The bench waits until the
+  tiering proxy has copied nothing new for 5 s. Tansu honours Fetch byte limits, which noida-db
+  does not (below), so its direct read is the steadier baseline.
 
 For each remote tier (the local folder; then moto's S3 server over HTTP, with a third topic
 ``bench-tiered-s3`` of the same content tiered to it; ``--skip-s3`` leaves S3 out) the same
-confluent-kafka consumer reads every record from offset 0 in four ways:
+confluent-kafka consumer (librdkafka's default fetch sizes) reads every record from offset 0 in
+four ways:
 
 1. direct from the broker (the baseline): topic ``bench-direct``, straight at the broker;
 2. pass-through: topic ``bench-direct`` through the proxy; the topic is not tiered, so the
@@ -28,7 +37,11 @@ confluent-kafka consumer reads every record from offset 0 in four ways:
 
 This 2-core machine is shared by broker, proxy and client (and whatever else runs), so every
 read is done ``--repeat`` times, round-robin over the four variants (1, 2, 3, 4, 1, 2, 3, 4, ...),
-so that a slow spell of the machine hits all variants alike. Every proxy read runs on a fresh
+so that a slow spell of the machine hits all variants alike. After each consumer read, a raw
+Fetch loop reads the same topic from offset 0 the same way (on a fresh proxy of its own): one
+Fetch in flight, librdkafka's default sizes, no record decoded. The consumer's per-record work
+bounds its figure on these 2 cores; the raw loop's shows what the proxy itself adds to serving
+the Fetches. Every proxy read runs on a fresh
 proxy process: caches cold, tiering metadata loaded from its store. (Reusing one proxy across
 repeats would read the later repeats from its chunk cache, which holds 128 MiB by default: more
 than the whole tiered topic at the default size, so that would measure the cache, not the remote
@@ -44,6 +57,8 @@ the active segment, is read from the broker by variants 3 and 4 too). Its column
   poll to its last record: the median over the repeats, and the slowest and fastest repeat;
 - vs direct: the variant's median MB/s over the median MB/s of variant 1 (read in the same
   rounds); vs b-first: remote-preferred's median MB/s over broker-first's;
+- raw MB/s, vs direct, vs b-first: the same for the raw Fetch loop, in record bytes as stored
+  (compressed) per second;
 - 1st byte ms: one raw Fetch of partition 0 at offset 0 (1 MiB max) on a new connection, median
   over the repeats. For the proxy variants it is the first request the fresh proxy serves
   ("cold": empty caches, its first connection to the broker, its first remote read); for direct,
@@ -56,8 +71,8 @@ the active segment, is read from the broker by variants 3 and 4 too). Its column
   poll to its last record per GB of payload, median over the repeats; less noisy than MB/s where
   all processes share the cores.
   proxy: the proxy process; broker: noida-db's process group; client: this process (the
-  consumer, librdkafka's threads included; with S3 also moto's server, which runs on threads of
-  this process, so the S3 tier's client column is not the consumer's alone);
+  consumer, librdkafka's threads included; moto's S3 server runs in a process of its own, not
+  counted);
 - fetches: Fetch requests the consumer sent (librdkafka's statistics, taken just after the last
   record), median. Read it with noida-db's Fetch in mind: it ignores the byte limits (it answers a
   whole partition from the fetch offset: the first answer of a direct or pass-through read holds
@@ -77,7 +92,8 @@ the active segment, is read from the broker by variants 3 and 4 too). Its column
   came from the remote tier. "tiered storage not available" answers, if any, and failed reads
   (a read that fails is recorded and the others go on) are printed under the variant's row.
 
-The summary lists each goal: the ratio of medians (3 decimals), the goal and a verdict: "meets",
+The summary lists each goal, for the consumer and for the raw loop: the ratio of medians (3
+decimals), the goal and a verdict: "meets",
 or "BELOW by x%", with ", within the min-max spread" when the variant's fastest read reached the
 goal against the reference's slowest, i.e. the noise of the run can explain the miss.
 
@@ -97,7 +113,9 @@ import random
 import re
 import shutil
 import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -111,9 +129,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.apis import FETCH
-from proxy.embedded_broker import EmbeddedBroker, start_broker
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
-from tests.proxy_process import ProxyProcess, start_proxy
+from protocol.record_set import iter_batches
+from proxy.embedded_broker import start_broker
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
+from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import wait_until
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
@@ -122,6 +141,7 @@ PARTITIONS = 3
 DIRECT_TOPIC = "bench-direct"
 TIERED_TOPIC = "bench-tiered"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+BROKER_NAMES = {"noida": "noida-db", "tansu": "Tansu"}
 TIERING_PROPS = ("--set", "remote.log.manager.task.interval.ms=200")  # the proxy that tiers the topic
 MEASURING_PROPS = ("--set", "remote.log.manager.task.interval.ms=60000")  # proxies that are measured
 REMOTE_PREFERRED_PROPS = ("--set", "proxy.fetch.routing.policy=remote-preferred")
@@ -197,28 +217,13 @@ def wait_until_tiered(client: BrokerClient, leader: int, topic: str, timeout: fl
     assert wait_until(settled, timeout, interval=0.5), f"tiering of {topic} did not finish: {seen[-1][1]}"
 
 
-def stop_broker(broker: EmbeddedBroker, timeout: float = 30) -> None:
-    """Stops the broker and waits until every process of its group is gone (noida-db's server
-    may outlive the CLI that started it by seconds); SIGKILL to the group after ``timeout``."""
-    broker.stop()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(broker.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(broker.pid, signal.SIGKILL)
-
-
 # --- what is measured --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CpuSeconds:
     """User + system CPU seconds of the client (this process: the consumer with librdkafka's
-    threads, and with S3 moto's server), the broker's process group and the proxy, if any."""
+    threads), the broker's process group and the proxy, if any."""
 
     client: float
     broker: float
@@ -271,9 +276,14 @@ def backfill(bootstrap: str, topic: str, expected: int, cpu_now: Callable[[], Cp
     """Time (and CPU, by ``cpu_now``) for a confluent-kafka consumer to read ``expected`` records
     from offset 0."""
     statistics_json: list[str] = []
+    # librdkafka's default fetch sizes (1 MiB per partition, 50 MiB per Fetch), as most consumers
+    # run. But no fetch.queue.backoff.ms: when fetching runs ahead of this Python loop by more
+    # than queued.min.messages, librdkafka pauses the partition's fetching for that long (1 s by
+    # default), whoever serves it. Whether a read hit such pauses split every variant's figures
+    # into two modes (about 145 and 290 MB/s on Tansu) from run to run.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "enable.partition.eof": False,
-                         "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
+                         "fetch.queue.backoff.ms": 0,
                          # noida-db ignores the byte limits: room for its whole-partition answers.
                          "receive.message.max.bytes": 1 << 30,
                          "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": statistics_json.append})
@@ -321,6 +331,39 @@ def first_byte_ms(bootstrap: str, topic: str) -> float:
     (partition,) = topic_answer["partitions"]
     assert partition["error_code"] == 0 and len(partition["records"]) > 0, partition["error_code"]
     return elapsed
+
+
+RAW_MAX_BYTES, RAW_PARTITION_MAX_BYTES = 50 << 20, 1 << 20  # librdkafka's defaults
+
+
+def raw_backfill(bootstrap: str, topic: str, timeout: float = 600) -> float:
+    """MB/s of record bytes (as stored, compressed) that a Fetch loop reads from offset 0 to every
+    partition's high watermark: one Fetch in flight, librdkafka's default sizes, nothing decoded
+    but batch headers. It measures what answers the Fetches, not a client's per-record work."""
+    client = RawClient(bootstrap, timeout=30)
+    offsets, high = [0] * PARTITIONS, [1] * PARTITIONS
+    size = 0
+    started = time.perf_counter()
+    try:
+        while any(o < h for o, h in zip(offsets, high, strict=True)):
+            assert time.perf_counter() - started < timeout, f"raw read of {topic} stuck at {offsets} of {high}"
+            answer = client.request(FETCH, 12, {
+                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": RAW_MAX_BYTES,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+                "forgotten_topics_data": [], "topics": [{"topic": topic, "partitions": [{
+                    "partition": p, "fetch_offset": offsets[p], "current_leader_epoch": -1,
+                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": RAW_PARTITION_MAX_BYTES}
+                    for p in range(PARTITIONS) if offsets[p] < high[p]]}]})
+            for part in answer["responses"][0]["partitions"]:
+                assert part["error_code"] == 0, f"raw read of {topic}: error {part['error_code']}"
+                records = part["records"] or b""
+                size += len(records)
+                high[part["partition_index"]] = part["high_watermark"]
+                for header, _ in iter_batches(records):
+                    offsets[part["partition_index"]] = header.last_offset + 1
+        return size / (time.perf_counter() - started) / 1e6
+    finally:
+        client.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -391,6 +434,7 @@ class Read:
 
     first_byte_ms: float
     backfill: Backfill
+    raw_mb_per_s: float  # raw_backfill's, on a proxy of its own
     proxy_peak_rss_mb: float | None = None
     stats: TieredReadStats | None = None
 
@@ -414,8 +458,12 @@ class Variant:
     reads: list[Read] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def median_mb_per_s(self) -> float | None:
-        return statistics.median(r.backfill.mb_per_s for r in self.reads) if self.reads else None
+    def speeds(self, measure: str) -> list[float]:
+        """MB/s of each read: the consumer's backfill (``consumer``) or the raw Fetch loop's (``raw``)."""
+        return [r.backfill.mb_per_s if measure == "consumer" else r.raw_mb_per_s for r in self.reads]
+
+    def median_mb_per_s(self, measure: str = "consumer") -> float | None:
+        return statistics.median(self.speeds(measure)) if self.reads else None
 
 
 @contextlib.contextmanager
@@ -430,17 +478,21 @@ def running_proxy(bootstrap: str, work_dir: Path, args: tuple[str, ...]) -> Iter
 def read_from_broker(bootstrap: str, broker_group: int, topic: str, count: int) -> Read:
     """First byte on a new connection to the broker and a backfill straight from it."""
     first_byte = first_byte_ms(bootstrap, topic)
-    return Read(first_byte, backfill(bootstrap, topic, count, cpu_meter(broker_group, None)))
+    read = backfill(bootstrap, topic, count, cpu_meter(broker_group, None))
+    return Read(first_byte, read, raw_backfill(bootstrap, topic))
 
 
 def read_through_fresh_proxy(bootstrap: str, broker_group: int, work_dir: Path, args: tuple[str, ...],
                              topic: str, count: int) -> Read:
-    """Cold first byte and backfill on a new proxy process, and the proxy's peak RSS."""
+    """Cold first byte and backfill on a new proxy process, and the proxy's peak RSS; then the raw
+    read on another new proxy."""
     with running_proxy(bootstrap, work_dir, args) as proxy:
         cold = first_byte_ms(proxy.bootstrap, topic)
         read = backfill(proxy.bootstrap, topic, count, cpu_meter(broker_group, proxy.process.pid))
         rss = peak_rss_mb(proxy.process.pid)
-    return Read(cold, read, rss, tiered_read_stats(proxy))
+    with running_proxy(bootstrap, work_dir, args) as raw_proxy:
+        raw = raw_backfill(raw_proxy.bootstrap, topic)
+    return Read(cold, read, raw, rss, tiered_read_stats(proxy))
 
 
 def measure_tier(bootstrap: str, broker_group: int, work: Path, tier: Tier, count: int,
@@ -465,22 +517,56 @@ def measure_tier(bootstrap: str, broker_group: int, work: Path, tier: Tier, coun
                 figures.append(f"{v.label} FAILED")
                 continue
             v.reads.append(read)
-            figures.append(f"{v.label} {read.backfill.mb_per_s:.1f}")
+            figures.append(f"{v.label} {read.backfill.mb_per_s:.1f} (raw {read.raw_mb_per_s:.1f})")
         print(f"  [{tier.name}] round {round_}/{repeat} MB/s: " + ", ".join(figures), flush=True)
     return variants
 
 
-def tier_the_topic(bootstrap: str, work: Path, tier: Tier, client: BrokerClient, leader: int) -> float:
-    """Runs a proxy that tiers ``tier.topic`` until the broker has dropped what it tiered; returns
-    the share of the records that only the remote tier still has (below the broker's log start)."""
+def tiered_ends(proxy: ProxyProcess, topic: str) -> list[int]:
+    """Per partition, the offset after the last one the proxy's log says it tiered (0: none)."""
+    ends = [0] * PARTITIONS
+    for p, last in re.findall(rf"tiered {re.escape(topic)}-(\d+) \(.*?\) offsets \d+\.\.(\d+)", proxy.log_text()):
+        ends[int(p)] = max(ends[int(p)], int(last) + 1)
+    return ends
+
+
+def wait_until_copied(proxy: ProxyProcess, topic: str, timeout: float = 300, settle_s: float = 5) -> list[int]:
+    """For a broker that never drops tiered data (Tansu): waits until the tiering proxy has copied
+    something of every partition and then copied nothing new for ``settle_s`` (all closed
+    segments are copied; the open one, under ``segment.bytes``, stays only on the broker);
+    returns the tiered ends."""
+    seen: list[tuple[float, list[int]]] = []
+
+    def settled() -> bool:
+        ends, now = tiered_ends(proxy, topic), time.monotonic()
+        seen.append((now, ends))
+        return min(ends) > 0 and any(now - t >= settle_s for t, e in seen if e == ends)
+
+    assert wait_until(settled, timeout, interval=0.5), f"tiering of {topic} did not finish: {seen[-1][1]}"
+    return seen[-1][1]
+
+
+def tier_the_topic(bootstrap: str, work: Path, tier: Tier, client: BrokerClient, leader: int,
+                   broker_drops: bool) -> float:
+    """Runs a proxy that tiers ``tier.topic`` until it is done: on a broker that drops what was
+    tiered (``broker_drops``: noida-db), until the broker's log start has settled; else until the
+    copying has. Returns the share of the records the remote-preferred variant reads from the
+    remote tier: below the broker's log start, or (``broker_drops`` false) below the tiered end."""
     args = ("--data-dir", str(work / f"data-{tier.slug}"), *tier.remote_args, *TIERING_PROPS)
     started = time.monotonic()
-    with running_proxy(bootstrap, work / f"proxy-{tier.slug}", args):
-        wait_until_tiered(client, leader, tier.topic)
+    with running_proxy(bootstrap, work / f"proxy-{tier.slug}", args) as proxy:
+        if broker_drops:
+            wait_until_tiered(client, leader, tier.topic)
+        else:
+            tiered = wait_until_copied(proxy, tier.topic)
     starts, ends = log_starts(client, leader, tier.topic), log_ends(client, leader, tier.topic)
-    print(f"  [{tier.name}] tiered {tier.topic} in {time.monotonic() - started:.0f} s; broker log start "
-          f"{starts} of log end {ends}", flush=True)
-    return sum(starts) / sum(ends)
+    took = f"  [{tier.name}] tiered {tier.topic} in {time.monotonic() - started:.0f} s; "
+    if broker_drops:
+        print(f"{took}broker log start {starts} of log end {ends}", flush=True)
+        return sum(starts) / sum(ends)
+    print(f"{took}remote tier holds offsets below {tiered} of log end {ends}; the broker keeps "
+          f"its whole log (log start {starts})", flush=True)
+    return sum(tiered) / sum(ends)
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -490,8 +576,8 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def ratio(variants: list[Variant], label: str, reference: str) -> float | None:
-    by_label = {v.label: v.median_mb_per_s() for v in variants}
+def ratio(variants: list[Variant], label: str, reference: str, measure: str = "consumer") -> float | None:
+    by_label = {v.label: v.median_mb_per_s(measure) for v in variants}
     mine, theirs = by_label[label], by_label[reference]
     return None if mine is None or not theirs else mine / theirs
 
@@ -502,6 +588,7 @@ def median_or_none(values: list[float]) -> float | None:
 
 # The per-tier table: (header, width) of each column (negative: left-aligned), then the cells.
 COLUMNS = [("variant", -31), ("MB/s", 7), ("[min-max]", 14), ("vs direct", 10), ("vs b-first", 11),
+           ("raw MB/s", 9), ("vs direct", 10), ("vs b-first", 11),
            ("1st byte ms", 12), ("proxy", 6), ("broker", 7), ("client", 7), ("fetches", 8), ("RSS MB", 7),
            ("remote MB", 10), ("chunk hits", 11), ("prefetch", 9)]
 
@@ -522,6 +609,9 @@ def variant_cells(v: Variant, variants: list[Variant]) -> list[str]:
         f"[{min(speeds):.1f}-{max(speeds):.1f}]",
         fmt(ratio(variants, v.label, DIRECT), ".2f"),
         fmt(ratio(variants, v.label, BROKER_FIRST) if v.label == REMOTE_PREFERRED else None, ".2f"),
+        f"{statistics.median(v.speeds('raw')):.1f}",
+        fmt(ratio(variants, v.label, DIRECT, "raw"), ".2f"),
+        fmt(ratio(variants, v.label, BROKER_FIRST, "raw") if v.label == REMOTE_PREFERRED else None, ".2f"),
         f"{statistics.median(r.first_byte_ms for r in v.reads):.1f}",
         fmt(median_or_none(proxy_cpu), ".1f"),
         f"{statistics.median(c.broker for c in cpu):.1f}",
@@ -539,8 +629,12 @@ def table_row(cells: list[str]) -> str:
                    for cell, (_, width) in zip(cells, COLUMNS, strict=True))
 
 
-def print_tier_table(tier: Tier, remote_share: float, variants: list[Variant], repeat: int) -> None:
-    print(f"\n{tier.name} tier: {tier.topic}, {remote_share:.0%} of its records only in the remote tier; "
+def print_tier_table(tier: Tier, remote_share: float, variants: list[Variant], repeat: int,
+                     broker_drops: bool) -> None:
+    where = ("only in the remote tier" if broker_drops else
+             "in the remote tier (and on the broker, which keeps its whole log: broker-first reads it all "
+             "from the broker)")
+    print(f"\n{tier.name} tier: {tier.topic}, {remote_share:.0%} of its records {where}; "
           f"{repeat} reads per variant, round-robin, every proxy read on a fresh, cold proxy")
     headers = [header for header, _ in COLUMNS]
     cpu_at = sum(abs(width) for _, width in COLUMNS[:headers.index("proxy")])
@@ -560,29 +654,30 @@ def print_tier_table(tier: Tier, remote_share: float, variants: list[Variant], r
             print(f"    failed {error}")
 
 
-def verdict(variants: list[Variant], label: str, reference: str, goal: float) -> str:
+def verdict(variants: list[Variant], label: str, reference: str, goal: float, measure: str) -> str:
     """Whether the median ratio meets the goal; if not, by how much, and whether the best read of
     the variant still reached the goal against the worst of the reference (noise can explain it)."""
-    r = ratio(variants, label, reference)
+    r = ratio(variants, label, reference, measure)
     if r is None:
         return "no figure"
     if r >= goal:
         return "meets"
-    mine = [x.backfill.mb_per_s for x in next(v for v in variants if v.label == label).reads]
-    theirs = [x.backfill.mb_per_s for x in next(v for v in variants if v.label == reference).reads]
+    mine = next(v for v in variants if v.label == label).speeds(measure)
+    theirs = next(v for v in variants if v.label == reference).speeds(measure)
     spread = ", within the min-max spread" if max(mine) >= goal * min(theirs) else ""
     return f"BELOW by {1 - r / goal:.1%}{spread}"
 
 
 def print_summary(results: list[tuple[Tier, float, list[Variant]]]) -> None:
     print("\nsummary: median MB/s of a variant / median MB/s of its reference (reads of the same rounds)")
-    print(f"{'tier':<16}{'variant':<31}{'reference':<24}{'ratio':>7}{'goal':>8}  verdict")
+    print(f"{'tier':<16}{'variant':<31}{'reference':<24}{'measure':<10}{'ratio':>7}{'goal':>8}  verdict")
     for tier, _, variants in results:
         for label, goals in GOALS.items():
             for reference, goal in goals:
-                r = ratio(variants, label, reference)
-                print(f"{tier.name:<16}{label:<31}{reference:<24}{fmt(r, '.3f'):>7}{'>= ' + str(goal):>8}"
-                      f"  {verdict(variants, label, reference, goal)}")
+                for measure in ("consumer", "raw"):
+                    r = ratio(variants, label, reference, measure)
+                    print(f"{tier.name:<16}{label:<31}{reference:<24}{measure:<10}{fmt(r, '.3f'):>7}"
+                          f"{'>= ' + str(goal):>8}  {verdict(variants, label, reference, goal, measure)}")
 
 
 # --- process hygiene ---------------------------------------------------------------------------
@@ -630,55 +725,79 @@ def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 # --- main --------------------------------------------------------------------------------------
 
 
-def s3_tier(stack: contextlib.ExitStack) -> Tier:
-    """Starts moto's S3 server (stopped with ``stack``) and names a new bucket of it as a tier."""
-    moto = MotoS3()
-    moto.start()
-    stack.callback(moto.stop)
-    bucket = new_bucket(moto.endpoint)
+def s3_tier(stack: contextlib.ExitStack, work: Path) -> Tier:
+    """Starts moto's S3 server in a process of its own (stopped with ``stack``; in this process
+    it would share the consumer's GIL) and names a new bucket of it as a tier."""
+    port = free_port()
+    with open(work / "moto.log", "wb") as log:
+        moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    stack.callback(stop_process, moto)
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def listening() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        return False
+
+    assert wait_until(listening, 30), f"moto did not start: {(work / 'moto.log').read_text()[-2000:]}"
+    bucket = new_bucket(endpoint)
     return Tier("moto S3 (HTTP)", "s3", f"{TIERED_TOPIC}-s3", (
-        "--remote", f"s3://{bucket}/bench?endpoint_url={moto.endpoint}&region={REGION}",
+        "--remote", f"s3://{bucket}/bench?endpoint_url={endpoint}&region={REGION}",
         "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
         "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}"))
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def run(args: argparse.Namespace, work: Path) -> None:
     with contextlib.ExitStack() as stack:
-        broker = start_broker("noida", work / "broker")
-        stack.callback(stop_broker, broker)
+        broker = start_broker(args.broker, work / "broker")
+        stack.callback(broker.stop)  # the whole process group (noida-db's server outlives its CLI)
         bootstrap = broker.bootstrap
         client = BrokerClient(bootstrap)
         stack.callback(client.close)
         tiers = [Tier("local folder", "local", TIERED_TOPIC, ())]  # the data dir's default remote folder
         if not args.skip_s3:
-            tiers.append(s3_tier(stack))
+            tiers.append(s3_tier(stack, work))
         data = (args.megabytes, args.value_bytes, args.segment_mb, args.codec)
         started = time.monotonic()
         count = produce(bootstrap, [DIRECT_TOPIC, TIERED_TOPIC], *data, tiered={TIERED_TOPIC})
         print(f"produced {count} records to {DIRECT_TOPIC} and {TIERED_TOPIC} "
               f"in {time.monotonic() - started:.0f} s", flush=True)
         leader = client.metadata([TIERED_TOPIC])[TIERED_TOPIC].partitions[0].leader
+        broker_drops = args.broker == "noida"  # Tansu keeps its whole log (tests/UPSTREAMS.md)
         results: list[tuple[Tier, float, list[Variant]]] = []  # tier, remote share, its variants
         for tier in tiers:
             if tier.topic != TIERED_TOPIC:
                 # A tiered copy of the data for this tier: a new topic, same content.
                 produce(bootstrap, [tier.topic], *data, tiered={tier.topic})
-            remote_share = tier_the_topic(bootstrap, work, tier, client, leader)
+            remote_share = tier_the_topic(bootstrap, work, tier, client, leader, broker_drops)
             variants = measure_tier(bootstrap, broker.pid, work, tier, count, args.repeat)
             results.append((tier, remote_share, variants))
 
         print(f"\nparameters: {args.megabytes} MiB payload per topic = {count} records of "
               f"{args.value_bytes} B values (+ keys), {PARTITIONS} partitions, segment.bytes "
               f"{args.segment_mb} MiB, codec {args.codec}, {args.repeat} reads per variant; embedded "
-              f"noida-db on this machine ({os.cpu_count()} cores shared by broker, proxy and consumer)")
+              f"{BROKER_NAMES[args.broker]} on this machine ({os.cpu_count()} cores shared by broker, proxy "
+              f"and consumer)")
         for tier, remote_share, variants in results:
-            print_tier_table(tier, remote_share, variants, args.repeat)
+            print_tier_table(tier, remote_share, variants, args.repeat, broker_drops)
         print_summary(results)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--broker", choices=tuple(BROKER_NAMES), default="noida",
+                        help="the embedded broker (tansu honours Fetch byte limits, noida-db does not)")
     parser.add_argument("--megabytes", type=int, default=100, help="payload per topic (MiB)")
     parser.add_argument("--value-bytes", type=int, default=1000, help="bytes per record value")
     parser.add_argument("--segment-mb", type=int, default=2, help="topic segment.bytes in MiB")
