@@ -234,6 +234,8 @@ class ClientConnection:
         spec = all_apis().get(api_key)
         if spec is None:
             raise ProtocolError(f"unknown API key {api_key} (correlation id {corr})")
+        if log.isEnabledFor(logging.DEBUG):  # which versions clients speak: tests/api_matrix.py
+            log.debug("client %s sent %s v%d", self.peer, spec.name, version)
         await self._ensure_upstream()
         if api_key == API_VERSIONS:
             slot.outcome = "local"
