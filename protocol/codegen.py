@@ -12,8 +12,8 @@ import struct
 from typing import Any
 
 from protocol.errors import ProtocolError
-from protocol.message_schema import _PRIMITIVES, Field
 from protocol.record_parts import RecordParts
+from protocol.schema_model import PRIMITIVES, Field
 from protocol.varint import read_uvarint, uvarint_bytes
 
 # ---------------------------------------------------------------------------------------------
@@ -83,8 +83,8 @@ def _decode_value_lines(f: Field, target: str, gen: _Gen, indent: str, elem: boo
             lines.append(f"    raise _PE('non-nullable array {f.kafka_name} is null at byte %d' % pos)")
         lines.append("else:")
         lines.append(f"    if {n} > len(buf) - pos: raise _PE('array {f.kafka_name} claims %d items with %d bytes left' % ({n}, len(buf) - pos))")
-        if t in _PRIMITIVES:
-            fmt, size, _ = _PRIMITIVES[t]
+        if t in PRIMITIVES:
+            fmt, size, _ = PRIMITIVES[t]
             lines.append(f"    {target} = list(_struct.unpack_from('>%d{fmt}' % {n}, buf, pos)); pos += {size} * {n}")
         else:
             lines.append(f"    {lst} = []")
@@ -95,8 +95,8 @@ def _decode_value_lines(f: Field, target: str, gen: _Gen, indent: str, elem: boo
             lines.append(f"        {lst}.append({v})")
             lines.append(f"    {target} = {lst}")
         return [indent + line for line in lines]
-    if t in _PRIMITIVES:
-        fmt, size, _ = _PRIMITIVES[t]
+    if t in PRIMITIVES:
+        fmt, size, _ = PRIMITIVES[t]
         return [indent + f"{target} = _prim_{t}(buf, pos)[0]; pos += {size}"]
     if t == "uuid":
         return [indent + f"{target} = bytes(buf[pos:pos + 16]); pos += 16", indent + f"if len({target}) != 16: raise _PE('truncated uuid')"]
@@ -188,15 +188,15 @@ def _encode_value_lines(f: Field, expr: str, gen: _Gen, indent: str, elem: bool 
         lines.append("    out.append(b'\\x00')" if flex else "    out.append(b'\\xff\\xff\\xff\\xff')")
         lines.append("else:")
         lines.append(f"    out.append(_uvarint_bytes(len({v}) + 1))" if flex else f"    out.append(_p_i32(len({v})))")
-        if t in _PRIMITIVES:
-            fmt, _, _ = _PRIMITIVES[t]
+        if t in PRIMITIVES:
+            fmt, _, _ = PRIMITIVES[t]
             lines.append(f"    out.append(_struct.pack('>%d{fmt}' % len({v}), *{v}))")
         else:
             lines.append(f"    for {x} in {v}:")
             for line in _encode_value_lines(f, x, gen, "        ", elem=True):
                 lines.append(line)
         return [indent + line for line in lines]
-    if t in _PRIMITIVES:
+    if t in PRIMITIVES:
         return [indent + f"out.append(_pack_{t}({expr}))"]
     if t == "uuid":
         return [indent + f"out.append({expr})"]
@@ -288,7 +288,7 @@ _RUNTIME: dict[str, Any] = {
     "_p_i32": _p_i32,
     "_RecordParts": RecordParts,
 }
-for _name, (_fmt, _size, _default) in _PRIMITIVES.items():
+for _name, (_fmt, _size, _default) in PRIMITIVES.items():
     _s = struct.Struct(">" + _fmt)
     _RUNTIME[f"_prim_{_name}"] = _s.unpack_from
     _RUNTIME[f"_pack_{_name}"] = _s.pack

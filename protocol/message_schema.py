@@ -2,7 +2,8 @@
 
 Kafka describes every request and response in a JSON schema (fields, the versions each field
 exists in, nullable/tagged/flexible versions). kafka-python 3.x ships those files as package
-data; :func:`load_schema` reads one into a :class:`MessageSchema` (its fields are
+data (the messages they lack come from kio's classes, :mod:`protocol.kio_schemas`);
+:func:`load_schema` reads one into a :class:`MessageSchema` (its fields are
 :class:`Field` objects), from which :mod:`protocol.codegen` generates the codecs of
 :mod:`protocol.message_codec`.
 """
@@ -11,25 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-_PRIMITIVES = {
-    # name: (struct format, size, default)
-    "bool": ("?", 1, False),
-    "int8": ("b", 1, 0),
-    "int16": ("h", 2, 0),
-    "uint16": ("H", 2, 0),
-    "int32": ("i", 4, 0),
-    "uint32": ("I", 4, 0),
-    "int64": ("q", 8, 0),
-    "float64": ("d", 8, 0.0),
-}
-_VARIABLE = {"string", "bytes", "records", "uuid"}
-ZERO_UUID = bytes(16)
+from protocol.kio_schemas import kio_schema, kio_schema_names
+from protocol.schema_model import PRIMITIVES, VARIABLE, ZERO_UUID, Field, MessageSchema, Versions, snake_case
 
 
 def _schema_dir() -> Path:
@@ -61,74 +49,10 @@ def _strip_comments(text: str) -> str:
     return "\n".join(out)
 
 
-def snake_case(name: str) -> str:
-    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
-    name = re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "_", name)
-    return name.lower()
-
-
-@dataclass(frozen=True)
-class Versions:
-    """A Kafka version range such as "3+", "0-7" or "none"."""
-
-    low: int
-    high: int  # inclusive; a large number stands for "+"
-
-    @classmethod
-    def parse(cls, text: str | None) -> Versions:
-        if text is None or text == "none" or text == "":
-            return cls(1, 0)
-        if text.endswith("+"):
-            return cls(int(text[:-1]), 1 << 15)
-        if "-" in text:
-            lo, hi = text.split("-")
-            return cls(int(lo), int(hi))
-        return cls(int(text), int(text))
-
-    def __contains__(self, version: int) -> bool:
-        return self.low <= version <= self.high
-
-
-@dataclass
-class Field:
-    name: str  # snake_case
-    kafka_name: str
-    type: str  # primitive name, "string", "bytes", "records", "uuid", or a struct name
-    is_array: bool
-    versions: Versions
-    nullable: Versions
-    tagged: Versions
-    tag: int | None
-    default: Any
-    fields: list[Field] = field(default_factory=list)  # for struct types
-    flexible_override: Versions | None = None
-
-
-@dataclass
-class MessageSchema:
-    name: str
-    api_key: int | None
-    kind: str  # "request", "response", "header", "data"
-    valid: Versions
-    flexible: Versions
-    fields: list[Field]
-
-    def is_flexible(self, version: int) -> bool:
-        return version in self.flexible
-
-    @property
-    def max_version(self) -> int:
-        return self.valid.high
-
-    @property
-    def min_version(self) -> int:
-        return self.valid.low
-
-
 def _parse_default(type_name: str, raw: Any, nullable_somewhere: bool) -> Any:
     if raw is None:
-        if type_name in _PRIMITIVES:
-            return _PRIMITIVES[type_name][2]
+        if type_name in PRIMITIVES:
+            return PRIMITIVES[type_name][2]
         if type_name == "string":
             return ""
         if type_name in ("bytes", "records"):
@@ -142,7 +66,7 @@ def _parse_default(type_name: str, raw: Any, nullable_somewhere: bool) -> Any:
         return str(raw).lower() == "true"
     if type_name in ("float64",):
         return float(raw)
-    if type_name in _PRIMITIVES:
+    if type_name in PRIMITIVES:
         return int(str(raw), 0)
     return raw
 
@@ -154,7 +78,7 @@ def _build_fields(raw_fields: list[dict], common: dict[str, dict]) -> list[Field
         is_array = type_text.startswith("[]")
         elem = type_text[2:] if is_array else type_text
         sub: list[Field] = []
-        if elem not in _PRIMITIVES and elem not in _VARIABLE:
+        if elem not in PRIMITIVES and elem not in VARIABLE:
             sub_raw = raw.get("fields")
             if sub_raw is None:
                 sub_raw = common[elem]["fields"]
@@ -182,8 +106,8 @@ def _build_fields(raw_fields: list[dict], common: dict[str, dict]) -> list[Field
 
 
 @cache
-def load_schema(name: str) -> MessageSchema:
-    """Load one of Kafka's message schemas by its name, e.g. "FetchResponse"."""
+def json_schema(name: str) -> MessageSchema:
+    """One of Kafka's JSON message schemas as kafka-python ships it, e.g. "FetchResponse"."""
     path = _schema_dir() / f"{name}.json"
     try:
         raw = json.loads(_strip_comments(path.read_text()))
@@ -200,5 +124,19 @@ def load_schema(name: str) -> MessageSchema:
     )
 
 
-def available_schemas() -> list[str]:
+def json_schema_names() -> list[str]:
     return sorted(p.stem for p in _schema_dir().glob("*.json"))
+
+
+def load_schema(name: str) -> MessageSchema:
+    """A message schema by name, e.g. "FetchResponse": from Kafka's JSON file if kafka-python
+    ships it, else from kio's classes (Kafka 4's newer APIs)."""
+    try:
+        return json_schema(name)
+    except KeyError:
+        return kio_schema(name)
+
+
+def available_schemas() -> list[str]:
+    """Kafka's JSON schemas as kafka-python ships them, and the messages only kio has."""
+    return sorted(set(json_schema_names()) | set(kio_schema_names()))

@@ -2,8 +2,10 @@
 
 Every place a broker address reaches a client is rewritten to the proxy's listener for that
 node: Metadata, FindCoordinator (single and ``coordinators[]`` forms), DescribeCluster, and the
-KIP-951 ``NodeEndpoints`` of Produce and Fetch responses. Each rewriter also reports the real
-address it replaced, so the proxy learns brokers from the traffic it relays.
+KIP-951 ``NodeEndpoints`` of Produce, Fetch, ShareFetch and ShareAcknowledge responses. Each
+rewriter also reports the real address it replaced, so the proxy learns brokers from the traffic
+it relays. Other answers with host and port fields name no broker a client should reach
+(``NOT_BROKER_ADDRESSES``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from protocol.apis import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from protocol.apis import (
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+)
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 
 # (node_id, real host, real port, rack) -> (advertised host, advertised port)
@@ -46,7 +56,8 @@ def rewrite_describe_cluster(msg: dict[str, Any], version: int, advertise: Adver
 
 
 def rewrite_node_endpoints(msg: dict[str, Any], version: int, advertise: Advertise) -> bool:
-    """KIP-951: Produce v10+ and Fetch v16+ may name new leaders' endpoints."""
+    """KIP-951: Produce v10+, Fetch v16+, ShareFetch and ShareAcknowledge may name new leaders'
+    endpoints."""
     endpoints = msg.get("node_endpoints")
     if not endpoints:
         return False
@@ -62,6 +73,22 @@ REWRITERS: dict[int, tuple[int, Callable[[dict[str, Any], int, Advertise], bool]
     DESCRIBE_CLUSTER: (0, rewrite_describe_cluster),
     PRODUCE: (10, rewrite_node_endpoints),
     FETCH: (16, rewrite_node_endpoints),
+    SHARE_FETCH: (0, rewrite_node_endpoints),
+    SHARE_ACKNOWLEDGE: (0, rewrite_node_endpoints),
+}
+
+# Answers whose host and port fields are not brokers a client connects to, by API name: why.
+NOT_BROKER_ADDRESSES = {
+    "DescribeAcls": "an ACL's host pattern",
+    "DeleteAcls": "an ACL's host pattern",
+    "Vote": "KRaft controllers, between themselves",
+    "BeginQuorumEpoch": "KRaft controllers, between themselves",
+    "EndQuorumEpoch": "KRaft controllers, between themselves",
+    "FetchSnapshot": "KRaft controllers, between themselves",
+    "UpdateRaftVoter": "KRaft controllers, between themselves",
+    "DescribeQuorum": "the controllers' listeners, shown by admin tools; the proxy fronts brokers",
+    "StreamsGroupHeartbeat": "Kafka Streams instances' own endpoints",
+    "StreamsGroupDescribe": "Kafka Streams instances' own endpoints",
 }
 
 

@@ -41,6 +41,30 @@ def test_api_versions_is_what_proxy_and_broker_both_support(upstream, proxy):
         assert lo >= broker[key][0] and hi <= broker[key][1]
 
 
+def test_apis_only_kio_defines_pass_through(tansu, tmp_path):
+    """Tansu offers ConsumerGroupDescribe (69) and GetTelemetrySubscriptions (71), which
+    kafka-python's schema files lack: the proxy offers them from kio's schemas and forwards them,
+    the answers as the broker gives them."""
+    proxy = start_proxy(tansu.bootstrap, tmp_path / "proxy")
+    requests = {69: (0, {"group_ids": ["no-such-group"], "include_authorized_operations": False}),
+                71: (0, {"client_instance_id": bytes(16)})}
+    try:
+        through, direct = RawClient(proxy.bootstrap), RawClient(tansu.bootstrap)
+        try:
+            offered = _advertised(through)
+            for key, (version, body) in requests.items():
+                assert key in offered and offered[key][0] <= version <= offered[key][1], (key, offered.get(key))
+                # (The broker names a new client instance id in every telemetry answer.)
+                answers = [{k: v for k, v in client.request(key, version, body).items() if k != "client_instance_id"}
+                           for client in (through, direct)]
+                assert answers[0] == answers[1], all_apis()[key].name
+        finally:
+            through.close()
+            direct.close()
+    finally:
+        proxy.stop()
+
+
 def test_requests_pipelined_answers_come_back_in_order(upstream, proxy):
     client = RawClient(proxy.bootstrap)
     try:
