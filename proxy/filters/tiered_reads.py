@@ -24,7 +24,7 @@ still asked for the partition (at an offset no log has) so that it authorizes th
 Fetch sessions (KIP-227) end at the proxy, in the filter before this one
 (``proxy/filters/fetch_sessions.py``): by the time a Fetch gets here it is a sessionless full
 fetch, so this filter sees every partition's fetch offset on every request. Clients may use Fetch
-up to v15: topic names up to v12, topic ids from v13 (looked up among the tiered partitions' ids,
+up to v18: topic names up to v12, topic ids from v13 (looked up among the tiered partitions' ids,
 which come from the brokers' Metadata).
 
 ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
@@ -64,8 +64,10 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # the brokers' log start, Lx
 LATEST_TIERED = -5  # the last tiered offset, Ry
 LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
-# v13+ name topics by id; v16 adds NodeEndpoints, which this rewrite would have to re-address.
-FETCH_MAX_VERSION = 15
+# v13+ name topics by id; v16 adds NodeEndpoints, which the address-rewriting filter re-addresses
+# in every Fetch answer (its hook runs on the answers this filter rewrites too); v17-18 add tagged
+# request fields for replicas only.
+FETCH_MAX_VERSION = 18
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
 # The longest a broker may hold a Fetch the remote tier answers anyway (remote-preferred): the

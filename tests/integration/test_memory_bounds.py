@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from protocol.apis import FETCH
+from proxy.embedded_broker import EmbeddedBroker, start_broker
 from tests.clients import CLIENTS, check_every_offset, every_client_reads_at_once, offsets_read
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
@@ -40,8 +41,17 @@ class Bounded:
 
 
 @pytest.fixture(scope="module")
-def bounded(history_noida, tmp_path_factory) -> Iterator[Bounded]:
-    broker = history_noida
+def bounded_noida(tmp_path_factory) -> Iterator[EmbeddedBroker]:
+    """A broker of its own: on a shared one, another test's proxy (the history's) tiers this topic
+    too and its local retention drops records this proxy has not copied yet."""
+    broker = start_broker("noida", tmp_path_factory.mktemp("bounded-noida"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def bounded(bounded_noida, tmp_path_factory) -> Iterator[Bounded]:
+    broker = bounded_noida
     work = tmp_path_factory.mktemp("bounded")
     topic = f"bounded-{work.name}"
     create_tiered_topic(broker.bootstrap, topic, PARTITIONS, **{"local.retention.bytes": str(128 * 1024)})

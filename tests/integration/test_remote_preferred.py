@@ -108,7 +108,7 @@ def test_remote_batches_equal_the_brokers_own(preferred, tansu):
         assert _raw_batches(preferred.proxy, preferred.topic, tp.partition, end) == bytes(broker_prefix)
 
 
-@pytest.mark.parametrize("version", [13, 15])
+@pytest.mark.parametrize("version", [13, 15, 16, 17])
 def test_fetch_by_topic_id_reads_the_same_batches(preferred, tansu, version):
     """Fetch v13+ names topics by id (Tansu has real ids): the proxy finds the tiered partition by
     it and answers as by name."""
