@@ -5,24 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from protocol.kio_schemas import kio_api_index
 from protocol.message_codec import Codec, codec
-from protocol.message_schema import MessageSchema, available_schemas, load_schema
+from protocol.message_schema import MessageSchema, json_schema, json_schema_names, load_schema
 
 
 @dataclass(frozen=True)
 class Api:
     key: int
     name: str  # e.g. "Fetch"
-    request: MessageSchema
-    response: MessageSchema
+    min_version: int
+    max_version: int
+
+    # Loaded on first use: the schemas that come from kio cost a second to load all at once, in
+    # every process that starts (protocol/kio_schemas.py).
+    @property
+    def request(self) -> MessageSchema:
+        return load_schema(self.name + "Request")
 
     @property
-    def min_version(self) -> int:
-        return self.request.min_version
-
-    @property
-    def max_version(self) -> int:
-        return min(self.request.max_version, self.response.max_version)
+    def response(self) -> MessageSchema:
+        return load_schema(self.name + "Response")
 
     def request_codec(self, version: int) -> Codec:
         return codec(self.request.name, version)
@@ -43,18 +46,21 @@ class Api:
 
 @cache
 def all_apis() -> dict[int, Api]:
+    """Every API of Kafka's JSON schemas, and of kio's for the keys those lack."""
     apis: dict[int, Api] = {}
-    names = set(available_schemas())
+    names = set(json_schema_names())
     for name in names:
         if not name.endswith("Request"):
             continue
         base = name[: -len("Request")]
         if base + "Response" not in names:
             continue
-        req = load_schema(name)
+        req, resp = json_schema(name), json_schema(base + "Response")
         if req.api_key is None:
             continue
-        apis[req.api_key] = Api(req.api_key, base, req, load_schema(base + "Response"))
+        apis[req.api_key] = Api(req.api_key, base, req.min_version, min(req.max_version, resp.max_version))
+    for key, (base, low, high) in kio_api_index().items():
+        apis.setdefault(key, Api(key, base, low, high))
     return dict(sorted(apis.items()))
 
 

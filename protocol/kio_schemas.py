@@ -201,17 +201,21 @@ def kio_schema(name: str) -> MessageSchema:
 
 
 @cache
-def kio_schema_names() -> list[str]:
-    """Every request and response message kio defines (listed without importing them)."""
-    import kio.schema
+def kio_api_index() -> dict[int, tuple[str, int, int]]:
+    """API key -> (name, lowest version, highest version) of every API kio defines, from its
+    index: cheap, where loading the schemas themselves imports hundreds of modules."""
+    from kio.schema.index import api_key_map, schema_name_map
 
-    names = []
-    for package in pkgutil.iter_modules(kio.schema.__path__):
-        versions = _versions_of(package.name)
-        if not versions:
-            continue
-        base = "".join(part.capitalize() for part in package.name.split("_"))
-        first = importlib.import_module(f"kio.schema.{package.name}.v{versions[0]}")
-        kinds = {m.name for m in pkgutil.iter_modules(first.__path__)}
-        names += [base + kind.capitalize() for kind in ("request", "response") if kind in kinds]
-    return sorted(names)
+    out = {}
+    for key, package in api_key_map.items():
+        by_version = schema_name_map.get(package, {})
+        versions = sorted(v for v, kinds in by_version.items() if len({k.name for k in kinds} & {"request", "response"}) == 2)
+        if versions:
+            request_class = next(path for kind, path in by_version[versions[0]].items() if kind.name == "request")
+            out[int(key)] = (request_class.rsplit(":", 1)[1].removesuffix("Request"), versions[0], versions[-1])
+    return dict(sorted(out.items()))
+
+
+def kio_schema_names() -> list[str]:
+    """Every request and response message kio defines."""
+    return sorted(f"{name}{kind}" for name, _, _ in kio_api_index().values() for kind in ("Request", "Response"))

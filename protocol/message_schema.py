@@ -128,6 +128,7 @@ def json_schema_names() -> list[str]:
     return sorted(p.stem for p in _schema_dir().glob("*.json"))
 
 
+@cache
 def load_schema(name: str) -> MessageSchema:
     """A message schema by name, e.g. "FetchResponse": from Kafka's JSON file if kafka-python
     ships it, else from kio's classes (Kafka 4's newer APIs)."""
