@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -54,3 +55,10 @@ def own_noida(tmp_path_factory) -> Iterator[EmbeddedBroker]:
     broker = start_broker("noida", tmp_path_factory.mktemp("own-noida"))
     yield broker
     broker.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """py4j (the Spark tests') closes its connections from ``__del__`` while the interpreter shuts
+    down, logging as it goes; a handler lock held by a thread frozen at exit then hung the test
+    process for ever after its last test (seen once in CI). Its logger says nothing from here on."""
+    logging.getLogger("py4j").disabled = True
