@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-import importlib
 import pkgutil
 import types
 import typing
@@ -31,7 +30,7 @@ import uuid
 from functools import cache
 from typing import Any
 
-from protocol.schema_model import ZERO_UUID, Field, MessageSchema, Versions, snake_case
+from protocol.schema_model import ZERO_UUID, Field, MessageSchema, Versions
 
 _KAFKA_TYPES = {"error_code": "int16", "timedelta_i32": "int32", "timedelta_i64": "int64", "datetime_i64": "int64"}
 _MS_SUFFIXED = {"timedelta_i32", "timedelta_i64", "datetime_i64"}
@@ -40,31 +39,19 @@ _TYPE_DEFAULTS: dict[str, Any] = {"bool": False, "string": "", "bytes": b"", "re
                                   "float64": 0.0}
 
 
-def _kio_package(schema_name: str) -> tuple[str, str]:
-    """("share_fetch", "request") for "ShareFetchRequest"."""
-    for suffix in ("Request", "Response"):
-        if schema_name.endswith(suffix):
-            return snake_case(schema_name[: -len(suffix)]), suffix.lower()
-    raise KeyError(f"no Kafka message schema named {schema_name!r}")
+@cache
+def _class_paths() -> dict[str, dict[int, str]]:
+    """Message name ("ShareFetchRequest") -> version -> "module:Class" of kio's class, from kio's
+    index: cheap, where importing the classes themselves takes hundreds of modules."""
+    from kio.schema.index import schema_name_map
 
-
-def _versions_of(package: str) -> list[int]:
-    try:
-        module = importlib.import_module(f"kio.schema.{package}")
-    except ModuleNotFoundError:
-        return []
-    if not hasattr(module, "__path__"):
-        return []  # a module of kio's own (errors, types), not an API's package
-    return sorted(int(m.name[1:]) for m in pkgutil.iter_modules(module.__path__)
-                  if m.name.startswith("v") and m.name[1:].isdigit())
-
-
-def _message_class(package: str, kind: str, version: int, name: str) -> type:
-    module = importlib.import_module(f"kio.schema.{package}.v{version}.{kind}")
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise KeyError(f"kio has no {name} in kio.schema.{package}.v{version}.{kind}")
-    return cls
+    out: dict[str, dict[int, str]] = {}
+    for by_version in schema_name_map.values():
+        for version, kinds in by_version.items():
+            for kind, path in kinds.items():
+                if kind.name in ("request", "response"):
+                    out.setdefault(path.rsplit(":", 1)[1], {})[int(version)] = path
+    return out
 
 
 def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
@@ -184,17 +171,16 @@ def _fields(per_version: dict[int, type], where: str) -> list[Field]:
 def kio_schema(name: str) -> MessageSchema:
     """The schema of a request or response message (e.g. "ShareFetchRequest") from kio's
     classes; KeyError if kio has none."""
-    package, kind = _kio_package(name)
-    versions = _versions_of(package)
-    if not versions:
+    paths = _class_paths().get(name)
+    if not paths:
         raise KeyError(f"no Kafka message schema named {name!r}")
-    classes = {v: _message_class(package, kind, v, name) for v in versions}
-    newest = classes[versions[-1]]
+    classes = {v: pkgutil.resolve_name(path) for v, path in sorted(paths.items())}
+    newest = classes[max(classes)]
     return MessageSchema(
         name=name,
         api_key=int(newest.__api_key__),
-        kind=kind,
-        valid=_span(set(versions), name),
+        kind="request" if name.endswith("Request") else "response",
+        valid=_span(set(classes), name),
         flexible=_flexible({v for v, cls in classes.items() if cls.__flexible__}, name),
         fields=_fields(classes, name),
     )
@@ -202,17 +188,17 @@ def kio_schema(name: str) -> MessageSchema:
 
 @cache
 def kio_api_index() -> dict[int, tuple[str, int, int]]:
-    """API key -> (name, lowest version, highest version) of every API kio defines, from its
-    index: cheap, where loading the schemas themselves imports hundreds of modules."""
-    from kio.schema.index import api_key_map, schema_name_map
+    """API key -> (name, lowest version, highest version) of every API kio defines (both its
+    request and response, at the same versions), without importing them."""
+    from kio.schema.index import api_key_map
 
+    paths = _class_paths()
     out = {}
     for key, package in api_key_map.items():
-        by_version = schema_name_map.get(package, {})
-        versions = sorted(v for v, kinds in by_version.items() if len({k.name for k in kinds} & {"request", "response"}) == 2)
-        if versions:
-            request_class = next(path for kind, path in by_version[versions[0]].items() if kind.name == "request")
-            out[int(key)] = (request_class.rsplit(":", 1)[1].removesuffix("Request"), versions[0], versions[-1])
+        base = "".join(part.capitalize() for part in package.split("_"))
+        request, response = paths.get(base + "Request"), paths.get(base + "Response")
+        if request and response and set(request) == set(response):
+            out[int(key)] = (base, min(request), max(request))
     return dict(sorted(out.items()))
 
 

@@ -153,12 +153,12 @@ def test_acks_zero_produce_gets_no_response_and_data_lands(upstream, proxy, uniq
     assert [v for _, _, v in consumed[0]] == [r.value for r in records]
 
 
-def _fetch_body(topic: str, partition_max: int) -> dict:
+def _fetch_body(topic: str) -> dict:
     return {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 64 << 20, "isolation_level": 0,
             "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
             "topics": [{"topic": topic, "partitions": [{
                 "partition": 0, "fetch_offset": 0, "current_leader_epoch": -1, "last_fetched_epoch": -1,
-                "log_start_offset": -1, "partition_max_bytes": partition_max}]}]}
+                "log_start_offset": -1, "partition_max_bytes": 16 << 20}]}]}
 
 
 def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_path):
@@ -179,7 +179,7 @@ def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_pat
     try:
         direct = RawClient(upstream.bootstrap)
         try:
-            expected = direct.request(FETCH, 12, _fetch_body(topic, 16 << 20))
+            expected = direct.request(FETCH, 12, _fetch_body(topic))
         finally:
             direct.close()
         records = expected["responses"][0]["partitions"][0]["records"]
@@ -187,8 +187,8 @@ def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_pat
         (port,) = proxy.node_ports.values()
         client = RawClient(f"127.0.0.1:{port}")
         try:
-            sent = [client.send(FETCH, 12, _fetch_body(topic, 16 << 20)), client.send(METADATA, 9, {"topics": None}),
-                    client.send(FETCH, 12, _fetch_body(topic, 16 << 20)), client.send(METADATA, 9, {"topics": None})]
+            sent = [client.send(FETCH, 12, _fetch_body(topic)), client.send(METADATA, 9, {"topics": None}),
+                    client.send(FETCH, 12, _fetch_body(topic)), client.send(METADATA, 9, {"topics": None})]
             answers = [client.recv() for _ in sent]
         finally:
             client.close()
