@@ -53,7 +53,11 @@ def produce_numbered(bootstrap: str, topic: str, start: int, count: int, partiti
 
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    # Batches of at most 16 KiB, so the copier's segments follow the topic's segment.bytes rather than
+    # how fast the producer ran ahead (a 300 KiB batch is one 300 KiB segment, which local retention
+    # by bytes then cannot split).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
+                         "batch.size": 16384})
     for i in range(start, start + count):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(value_bytes),
                          partition=i % partitions)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -286,10 +287,14 @@ class TieredReads(Filter):
             scale = holding.nbytes / sum(limits) if sum(limits) else 1.0
             results: dict[int, RemoteRead | BaseException | None] = {}
 
+            # Reads start no new segment after half the wait, so each answers with what it has
+            # rather than run out of time over many small segments (and answer nothing, again).
+            deadline = time.monotonic() + self.max_wait_s / 2
+
             async def read_one(i: int, tp: TopicIdPartition, offset: int, limit: int) -> None:
                 try:
                     results[i] = await trio.to_thread.run_sync(
-                        lambda: self.reader.read(tp, offset, limit, read_committed=read_committed),
+                        lambda: self.reader.read(tp, offset, limit, read_committed=read_committed, deadline=deadline),
                         limiter=self.limiter, abandon_on_cancel=True)
                 except RemoteStorageError as exc:
                     results[i] = exc

@@ -10,6 +10,7 @@ The aborted transactions a ``read_committed`` reader needs come from the transac
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from protocol.record_batch import HEADER_SIZE, read_header
@@ -110,8 +111,13 @@ class RemoteReader:
         segments = self.rlmm.copied_segments(tp)
         return max(s.max_timestamp_ms for s in segments) if segments else None
 
-    def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *, read_committed: bool = False) -> RemoteRead | None:
-        """Batches from the one holding ``offset``; None when no copied segment holds it."""
+    def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *, read_committed: bool = False,
+             deadline: float | None = None) -> RemoteRead | None:
+        """Batches from the one holding ``offset``; None when no copied segment holds it.
+
+        Past ``deadline`` (``time.monotonic()``) no further segment is started: what was read is
+        the answer. Without that, a read spanning many small segments on a slow store could
+        outlast the caller's wait every time, and the consumer would never move."""
         segment = self.rlmm.segment_for_offset(tp, offset)
         if segment is None:
             return None
@@ -128,6 +134,8 @@ class RemoteReader:
                 offset = last + 1
             if offset <= segment.end_offset or size >= max_bytes:
                 break  # the budget ended inside this segment
+            if deadline is not None and pieces and time.monotonic() >= deadline:
+                break
             segment = self.rlmm.segment_for_offset(tp, segment.end_offset + 1)
         aborted = self._aborted(tp, first_offset, offset) if read_committed and pieces else []
         return RemoteRead(RecordParts(pieces), offset, aborted)
