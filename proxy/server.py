@@ -41,6 +41,29 @@ class Service(Protocol):
     def stop(self) -> None: ...
 
 
+def negotiate_versions(broker: dict[int, tuple[int, int]], caps: dict[int, int],
+                       overrides: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """The API versions clients may use: the schemas' range within the broker's (so never a version
+    the broker removed, KIP-896), below the chain's caps; ``overrides`` are APIs the chain
+    translates or answers itself, offered whatever the broker has."""
+    allowed: dict[int, tuple[int, int]] = {}
+    for key, spec in all_apis().items():
+        if key in overrides:
+            allowed[key] = overrides[key]
+            continue
+        if key not in broker:
+            continue
+        lo_b, hi_b = broker[key]
+        lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b, caps.get(key, hi_b))
+        if key == SASL_HANDSHAKE:
+            # v0 is followed by raw, unframed SASL tokens the proxy could not relay as
+            # requests; every current client uses v1 (and Kafka 4 removed v0).
+            lo = max(lo, 1)
+        if lo <= hi:
+            allowed[key] = (lo, hi)
+    return allowed
+
+
 class Proxy:
     def __init__(self, config: ProxyConfig, chain: list[Filter] | None = None,
                  services: list[Service] | None = None) -> None:
@@ -206,22 +229,7 @@ class Proxy:
 
     def negotiate(self, versions: BrokerVersions) -> dict[int, tuple[int, int]]:
         """The API versions clients may use: what both the proxy and this broker handle."""
-        allowed: dict[int, tuple[int, int]] = {}
-        for key, spec in all_apis().items():
-            if key in self.version_overrides:
-                allowed[key] = self.version_overrides[key]
-                continue
-            if key not in versions.ranges:
-                continue
-            lo_b, hi_b = versions.ranges[key]
-            lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b, self.version_caps.get(key, hi_b))
-            if key == SASL_HANDSHAKE:
-                # v0 is followed by raw, unframed SASL tokens the proxy could not relay as
-                # requests; every current client uses v1 (and Kafka 4 removed v0).
-                lo = max(lo, 1)
-            if lo <= hi:
-                allowed[key] = (lo, hi)
-        return allowed
+        return negotiate_versions(versions.ranges, self.version_caps, self.version_overrides)
 
     async def refresh_metadata(self) -> None:
         conn, versions = await self.connect_upstream(None, own=True)

@@ -85,6 +85,13 @@ TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 PartitionKey = tuple[str | bytes, int]
 
 
+def list_offsets_upstream_version(version: int, broker: tuple[int, int]) -> int:
+    """The version a ListOffsets at ``version`` asks the broker at: the nearest the broker offers
+    (translated both ways; decoding fills the fields a version lacks with their defaults)."""
+    low, high = broker
+    return max(low, min(version, high))
+
+
 class TopicCounters:
     """Per-topic counters, thread-safe (worker threads and the proxy's event loop add to them)."""
 
@@ -349,8 +356,7 @@ class TieredReads(Filter):
         if version < 1:
             return
         request = ctx.request.body
-        broker_max = ctx.broker_versions.get(LIST_OFFSETS, (0, 0))[1]
-        upstream_version = min(version, broker_max)
+        upstream_version = list_offsets_upstream_version(version, ctx.broker_versions.get(LIST_OFFSETS, (0, 0)))
         tiered = self._tiered()
         asked: dict[tuple[str, int], int] = {}
         for t in request["topics"]:
