@@ -16,6 +16,7 @@ class RawClient:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.next_corr = 1
         self.sent: dict[int, tuple[int, int]] = {}
+        self.last_frame = b""  # the last request sent, without its size
 
     def send_frame(self, payload: bytes) -> None:
         self.sock.sendall(struct.pack(">i", len(payload)) + payload)
@@ -26,7 +27,8 @@ class RawClient:
         self.next_corr += 1
         header = encode_request_header(RequestHeader(api_key, version, corr, "raw-test"),
                                        spec.request_header_version(version))
-        self.send_frame(header + spec.request_codec(version).encode(body))
+        self.last_frame = header + spec.request_codec(version).encode(body)
+        self.send_frame(self.last_frame)
         self.sent[corr] = (api_key, version)
         return corr
 

@@ -158,3 +158,35 @@ def test_offset_for_leader_epoch_through_the_proxy(history, history_noida):
     for p in answer["topics"][0]["partitions"]:
         assert (p["error_code"], p["leader_epoch"]) == (ErrorCode.NONE, 0)
         assert p["end_offset"] == broker.list_offset(leader, history.topic, p["partition"], LATEST)[1]
+
+
+# The oldest versions in use (tests/UPSTREAMS.md's matrix): Fetch v4 and ListOffsets v1 are the
+# lowest the proxy offers (Kafka 4 removed the rest, KIP-896); aiokafka 0.14 sends Fetch v11 and
+# ListOffsets v3, the oldest any client we test still sends.
+@pytest.mark.parametrize("fetch_version, list_offsets_version", [(4, 1), (11, 3)], ids=["lowest-offered", "aiokafka"])
+def test_oldest_versions_in_use_read_the_history_from_offset_0(history, fetch_version, list_offsets_version):
+    from protocol.apis import FETCH
+    from protocol.record_set import iter_batches
+    from protocol.records import decode_records
+
+    for partition in range(PARTITIONS):
+        error, earliest, *_ = _list_offsets(history.proxy, history.topic, list_offsets_version, {partition: EARLIEST})[partition]
+        assert (error, earliest) == (ErrorCode.NONE, 0)
+        client = RawClient(history.proxy.bootstrap)
+        try:
+            answer = client.request(FETCH, fetch_version, {
+                "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": history.topic, "partitions": [{
+                    "partition": partition, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
+                    "partition_max_bytes": 1 << 20}]}]})
+        finally:
+            client.close()
+        (result,) = answer["responses"][0]["partitions"]
+        assert result["error_code"] == ErrorCode.NONE
+        records = [r for header, batch in iter_batches(result["records"]) if not header.is_control
+                   for r in decode_records(batch)]
+        want = history.everything[partition]
+        assert len(records) > 0 and records[-1].offset < history.log_starts[partition]  # all from the remote tier
+        assert [(r.offset, r.timestamp, r.key, r.value) for r in records] == [
+            (w.offset, w.timestamp, w.key, w.value) for w in want[:len(records)]]

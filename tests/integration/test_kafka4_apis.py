@@ -1,0 +1,218 @@
+"""Kafka 4's group and share-group APIs through the proxy (issue 16, items 2-4).
+
+No broker we can install offers ConsumerGroupHeartbeat (KIP-848) or the share-group APIs
+(KIP-932), so the proxy stands here in front of a scripted broker (`tests/scripted_broker.py`)
+that advertises Kafka 4.2's versions as kafka-python records them and answers from the tests'
+scripts; the proxy runs with its default configuration (tiering on, metadata in a local file). What this proves: the proxy offers these APIs exactly where the broker does, forwards
+requests unchanged, passes answers through with their records byte-equal and their KIP-951 leader
+endpoints re-addressed to the proxy. It cannot prove a real coordinator's behaviour behind them.
+On a real broker without KIP-848, a confluent-kafka consumer with ``group.protocol=consumer``
+fails the same way through the proxy as directly (`test_consumer_group_protocol_where_the_broker_lacks_it`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+from protocol.apis import API_VERSIONS, FETCH, SHARE_ACKNOWLEDGE, SHARE_FETCH, all_apis, api
+from protocol.errors import ErrorCode
+from protocol.headers import decode_request_header
+from protocol.records import Record, build_batch
+from proxy.filters.tiered_reads import TieredReads
+from proxy.filters.topic_admin import TopicAdmin
+from proxy.server import negotiate_versions
+from tests.proxy_process import start_proxy
+from tests.raw import RawClient
+from tests.scripted_broker import ScriptedBroker
+
+CONSUMER_GROUP_HEARTBEAT = 68
+SHARE_GROUP_HEARTBEAT = 76
+KAFKA_4_2 = {key: versions for key, versions in BROKER_API_VERSIONS[(4, 2)].items() if key in all_apis()}
+TOPIC_ID = uuid.UUID("6d8c4d1f-3a52-4a8e-9b0e-1f1f2a2b3c4d").bytes
+RECORDS = build_batch([Record(40 + i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, []) for i in range(5)],
+                      base_offset=40, partition_leader_epoch=3)
+# Node 2 leads now; the broker names it in the answers' NodeEndpoints (its real port is the script's).
+LEADER_MOVED = {"leader_id": 2, "leader_epoch": 4}
+
+
+def _node_endpoints(port: int) -> list[dict]:
+    return [{"node_id": 2, "host": "127.0.0.1", "port": port, "rack": "r2"}]
+
+
+def _heartbeat_answer(version: int, request: dict) -> dict:
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "member_id": request["member_id"],
+            "member_epoch": 7, "heartbeat_interval_ms": 5000,
+            "assignment": {"topic_partitions": [{"topic_id": TOPIC_ID, "partitions": [0, 1]}]}}
+
+
+@pytest.fixture(scope="module")
+def kafka4(tmp_path_factory):
+    answers = {
+        CONSUMER_GROUP_HEARTBEAT: _heartbeat_answer,
+        SHARE_GROUP_HEARTBEAT: _heartbeat_answer,
+        SHARE_FETCH: lambda version, request: {
+            "throttle_time_ms": 0, "error_code": 0, "error_message": None, "acquisition_lock_timeout_ms": 30000,
+            "responses": [{"topic_id": TOPIC_ID, "partitions": [
+                {"partition_index": 0, "error_code": 0, "error_message": None, "acknowledge_error_code": 0,
+                 "acknowledge_error_message": None, "current_leader": {"leader_id": 1, "leader_epoch": 3},
+                 "records": RECORDS, "acquired_records": [{"first_offset": 40, "last_offset": 44, "delivery_count": 1}]},
+                {"partition_index": 1, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "error_message": None,
+                 "acknowledge_error_code": 0, "acknowledge_error_message": None, "current_leader": LEADER_MOVED,
+                 "records": None, "acquired_records": []}]}],
+            "node_endpoints": _node_endpoints(broker.port)},
+        SHARE_ACKNOWLEDGE: lambda version, request: {
+            "throttle_time_ms": 0, "error_code": 0, "error_message": None, "acquisition_lock_timeout_ms": 30000,
+            "responses": [{"topic_id": TOPIC_ID, "partitions": [
+                {"partition_index": 1, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "error_message": None,
+                 "current_leader": LEADER_MOVED}]}],
+            "node_endpoints": _node_endpoints(broker.port)},
+        FETCH: lambda version, request: {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+            "responses": [{"topic": "", "topic_id": TOPIC_ID, "partitions": [
+                {"partition_index": 1, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "high_watermark": -1,
+                 "last_stable_offset": -1, "log_start_offset": -1, "current_leader": LEADER_MOVED,
+                 "aborted_transactions": None, "preferred_read_replica": -1, "records": None}]}],
+            "node_endpoints": _node_endpoints(broker.port)},
+    }
+    broker = ScriptedBroker(KAFKA_4_2, answers, node_ids=(1, 2))
+    proxy = start_proxy(broker.bootstrap, tmp_path_factory.mktemp("kafka4") / "proxy", node_ids=[1, 2])
+    yield broker, proxy
+    proxy.stop()
+    broker.close()
+
+
+def _through(kafka4, api_key: int, version: int, body: dict) -> tuple[dict, bytes, bytes]:
+    """The answer through the proxy, the request frame the client sent and the one the broker got."""
+    broker, proxy = kafka4
+    before = len(broker.requests_of(api_key))
+    client = RawClient(proxy.bootstrap)
+    try:
+        corr = client.send(api_key, version, body)
+        sent = client.last_frame
+        got, answer = client.recv()
+    finally:
+        client.close()
+    assert got == corr
+    received = broker.requests_of(api_key)
+    assert len(received) == before + 1
+    return answer, sent, received[-1][1]
+
+
+def _body(api_key: int, version: int, frame: bytes) -> bytes:
+    return frame[decode_request_header(memoryview(frame), api(api_key).request_header_version(version))[1]:]
+
+
+def test_the_proxy_offers_kafka_4_apis_the_broker_offers(kafka4):
+    _, proxy = kafka4
+    client = RawClient(proxy.bootstrap)
+    try:
+        answer = client.request(API_VERSIONS, 3, {"client_software_name": "raw", "client_software_version": "1"})
+    finally:
+        client.close()
+    offered = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+    # (Tiering is on, as by default: ListOffsets is offered v1-v10 and translated, Fetch up to v18.)
+    assert offered == negotiate_versions(KAFKA_4_2, TieredReads.version_caps,
+                                         {**TieredReads.version_overrides, **TopicAdmin.version_overrides})
+    assert {key: offered[key] for key in (68, 69, 76, 77, 78, 79)} == {
+        68: (0, 1), 69: (0, 1), 76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2)}
+
+
+@pytest.mark.parametrize("api_key", [CONSUMER_GROUP_HEARTBEAT, SHARE_GROUP_HEARTBEAT])
+def test_group_heartbeats_pass_through_unchanged(kafka4, api_key):
+    version = 1
+    body = {"group_id": "g", "member_id": "member-1", "member_epoch": 0, "rebalance_timeout_ms": 30000,
+            "subscribed_topic_names": ["tiered-topic"]}
+    answer, sent, received = _through(kafka4, api_key, version, body)
+    assert _body(api_key, version, received) == _body(api_key, version, sent)
+    assert answer == _heartbeat_answer(version, {"member_id": "member-1"})
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_records_pass_byte_equal_and_new_leaders_are_re_addressed(kafka4, version):
+    broker, proxy = kafka4
+    body = {"group_id": "sg", "member_id": "member-1", "share_session_epoch": 0, "max_wait_ms": 500,
+            "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+            "topics": [{"topic_id": TOPIC_ID, "partitions": [{"partition_index": 0}, {"partition_index": 1}]}]}
+    answer, sent, received = _through(kafka4, SHARE_FETCH, version, body)
+    assert _body(SHARE_FETCH, version, received) == _body(SHARE_FETCH, version, sent)
+    first, second = answer["responses"][0]["partitions"]
+    assert bytes(first["records"]) == RECORDS
+    assert first["acquired_records"] == [{"first_offset": 40, "last_offset": 44, "delivery_count": 1}]
+    assert second["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and second["current_leader"] == LEADER_MOVED
+    assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": proxy.node_ports[2], "rack": "r2"}]
+
+
+@pytest.mark.parametrize("api_key, version, body", [
+    (SHARE_ACKNOWLEDGE, 2, {"group_id": "sg", "member_id": "member-1", "share_session_epoch": 1, "topics": [
+        {"topic_id": TOPIC_ID, "partitions": [{"partition_index": 1, "acknowledgement_batches": [
+            {"first_offset": 40, "last_offset": 44, "acknowledge_types": [1]}]}]}]}),
+    (FETCH, 17, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                 "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": TOPIC_ID, "partitions": [
+                     {"partition": 1, "current_leader_epoch": 3, "fetch_offset": 0, "last_fetched_epoch": -1,
+                      "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                 "forgotten_topics_data": [], "rack_id": ""}),
+], ids=["ShareAcknowledge", "Fetch"])
+def test_not_leader_answers_name_the_new_leader_at_the_proxy(kafka4, api_key, version, body):
+    _, proxy = kafka4
+    answer, _, _ = _through(kafka4, api_key, version, body)
+    partition = answer["responses"][0]["partitions"][0]
+    assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition["current_leader"] == LEADER_MOVED
+    assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": proxy.node_ports[2], "rack": "r2"}]
+
+
+def _consumer_group_protocol_outcome(bootstrap: str, topic: str) -> tuple[str | None, int]:
+    """What librdkafka says about a ``group.protocol=consumer`` subscription within 10 s, and how
+    many records it got."""
+    said: list[str] = []
+
+    class Log(logging.Logger):
+        def log(self, level, msg, *args, **kwargs):  # noqa: ANN202 - librdkafka's logger callback
+            said.append(msg % args if args else msg)
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest", "debug": "cgrp",
+                         "logger": Log("rdkafka")})
+    consumer.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            got += message is not None and message.error() is None
+            verdict = next((line for line in said if "ConsumerGroupHeartbeatRequest not supported" in line), None)
+            if verdict:
+                return verdict[verdict.index("ConsumerGroupHeartbeatRequest"):], got
+    finally:
+        consumer.close()
+    return None, got
+
+
+def test_consumer_group_protocol_where_the_broker_lacks_it(tansu, tmp_path, unique_name):
+    """Tansu has no ConsumerGroupHeartbeat: the proxy does not offer it, and librdkafka says so
+    through the proxy exactly as it does directly (it reads nothing either way)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})
+    admin.create_topics([NewTopic(unique_name, 1, 1)])[unique_name].result(10)
+    proxy = start_proxy(tansu.bootstrap, tmp_path / "proxy")
+    try:
+        direct = _consumer_group_protocol_outcome(tansu.bootstrap, unique_name)
+        through = _consumer_group_protocol_outcome(proxy.bootstrap, unique_name)
+    finally:
+        proxy.stop()
+    assert direct == through == ("ConsumerGroupHeartbeatRequest not supported by broker", 0)
+
+
+def test_no_filter_mixes_remote_records_into_share_answers():
+    """Share groups read what the brokers hold (README, *Kafka 4 clients*): besides the parse
+    check, only address rewriting sees ShareFetch and ShareAcknowledge."""
+    from proxy.filters import AddressRewriting, FetchSessions, PrometheusMetrics, RequestValidation
+
+    filters = (PrometheusMetrics, RequestValidation, AddressRewriting, FetchSessions, TieredReads, TopicAdmin)
+    for api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+        assert {f.name for f in filters if api_key in f.apis} == {"request-validation", "address-rewriting"}
