@@ -9,7 +9,9 @@ version (``--log-level DEBUG``), doing what applications do: create a topic, pro
 codec, read it in a consumer group with commits, read it again by assignment from offset 0,
 describe and delete the topic. Prints one markdown row per API any party knows: the version
 range of the schemas, of each broker and of the proxy in front of it, and the versions each
-client sent. tests/UPSTREAMS.md keeps the table.
+client sent. Two columns are computed, not measured, since no Kafka runs here: Kafka 4.2's
+ApiVersions as kafka-python records them, and what the proxy's negotiation (tiering on) offers in
+front of it. tests/UPSTREAMS.md keeps the table.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
 from protocol.apis import API_VERSIONS, all_apis
 from proxy.embedded_broker import EmbeddedBroker, start_broker
+from proxy.filters.tiered_reads import TieredReads
+from proxy.filters.topic_admin import TopicAdmin
+from proxy.server import negotiate_versions
 from tests.clients import CLIENTS, COMPRESSIONS, GroupMember, Rec, admin_round_trip, consume_all, produce
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
 
 BROKERS = ("noida", "tansu")
+RECORDED_KAFKA = (4, 2)
 Ranges = dict[int, tuple[int, int]]
 SENT = re.compile(r"client \S+ sent (\w+) v(\d+)")
 
@@ -101,17 +109,23 @@ def main() -> None:
                 sent = client_versions(broker, work / "clients")
         finally:
             broker.stop()
+    kafka = BROKER_API_VERSIONS[RECORDED_KAFKA]
+    on_kafka = negotiate_versions(kafka, TieredReads.version_caps,
+                                  {**TieredReads.version_overrides, **TopicAdmin.version_overrides})
+    kafka_name = "kafka {}.{}".format(*RECORDED_KAFKA)
     schemas = {key: (api.min_version, api.max_version) for key, api in all_apis().items()}
     names = {key: api.name for key, api in all_apis().items()}
-    keys = sorted(set(schemas) | {k for ranges in direct.values() for k in ranges})
-    header = ["key", "API", "schemas", *(f"{k}" for k in BROKERS), *(f"proxy on {k}" for k in BROKERS),
+    keys = sorted(set(schemas) | {k for ranges in direct.values() for k in ranges} | set(kafka))
+    header = ["key", "API", "schemas", *(f"{k}" for k in BROKERS), f"{kafka_name} (recorded)",
+              *(f"proxy on {k}" for k in BROKERS), f"proxy on {kafka_name} (computed)",
               *(f"{c} sent" for c in CLIENTS)]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for key in keys:
         name = names.get(key, "(not in the schemas)")
         cells = [str(key), name, span(schemas.get(key)), *(span(direct[k].get(key)) for k in BROKERS),
-                 *(span(offered[k].get(key)) for k in BROKERS), *(used(sent[c].get(name)) for c in CLIENTS)]
+                 span(kafka.get(key)), *(span(offered[k].get(key)) for k in BROKERS), span(on_kafka.get(key)),
+                 *(used(sent[c].get(name)) for c in CLIENTS)]
         print("| " + " | ".join(cells) + " |")
 
 

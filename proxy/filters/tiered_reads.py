@@ -5,7 +5,8 @@ for a partition the broker answers OFFSET_OUT_OF_RANGE at an offset ``o`` with `
 and ``o`` below the broker's log start, the answer is replaced by batches from the remote tier,
 and every tiered partition's ``LogStartOffset`` becomes ``Rx``. Remote reads of one request run in
 parallel on worker threads (at most ``remote.log.reader.threads`` at once across the proxy) and
-wait at most ``remote.fetch.max.wait.ms``. A read that fails or does not finish in time is
+wait at most ``remote.fetch.max.wait.ms`` (a read starts no new segment after half of it, so a
+slow store still yields the batches read so far). A read that fails or does not finish in time is
 logged and counted as TIERED_STORAGE_NOT_AVAILABLE and answers that partition with
 KAFKA_STORAGE_ERROR (56): kafka-python, aiokafka and confluent-kafka all retry it at the same
 position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), what Kafka itself
