@@ -131,13 +131,17 @@ class TieringService:
         ownership = None
         if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
             # A shared metadata topic: instances divide the copying by a consumer group.
-            from tiering.copy.ownership import DEFAULT_GROUP_ID, GroupOwnership
+            from tiering.copy.ownership import DEFAULT_GROUP_ID, GroupOwnership, owner_id
 
             ownership = GroupOwnership(
                 bootstrap_servers, metadata.topic, metadata.partitions_count,  # type: ignore[attr-defined]
                 group_id=str(props.get(GROUP_ID_CONFIG) or DEFAULT_GROUP_ID),
                 session_timeout_ms=int(str(props.get(GROUP_SESSION_TIMEOUT_CONFIG, 10_000))),
-                on_release=manager.release, on_acquire=lambda _: manager.wake(), security=security)
+                on_release=lambda released: (manager.release(released),
+                                             metadata.release_claims(released)),  # type: ignore[attr-defined]
+                on_acquire=lambda acquired: (metadata.claim(acquired, owner_id()),  # type: ignore[attr-defined]
+                                             manager.wake()),
+                security=security)
             manager.owns = ownership.owns
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")

@@ -131,6 +131,9 @@ class ProxyCollector(Collector):
                                   value=totals["data_loss_offsets"])
         yield CounterMetricFamily("tiered_proxy_local_log_start_moves", "DeleteRecords sent for local retention",
                                   value=totals["local_log_start_moves"])
+        yield CounterMetricFamily("tiered_proxy_copier_fenced", "Copiers stopped because a newer owner fenced their "
+                                  "metadata writes (this instance had stalled past its group session)",
+                                  value=totals["fenced"])
 
 
 class PrometheusMetrics(Filter):

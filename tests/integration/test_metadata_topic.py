@@ -9,6 +9,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from tests.tiering_checks import wait_until
 from tiering.metadata.codec import deserialize, metadata_partition
 from tiering.metadata.topic_store import TopicMetadataStore
 from tiering.model import (
@@ -171,3 +172,48 @@ def test_topic_tiering_state_and_log_start_through_the_topic(upstream, names):
         assert reopened.remote_log_start_offset(tp) == 5
     finally:
         reopened.close()
+
+
+def test_a_newer_owner_fences_the_old_ones_writes(upstream, names):
+    """Issue 17's fencing at the store: owner A claims a metadata partition and starts a segment;
+    B claims it after A stalled; A's next write is ignored by every instance (A gets FencedError),
+    also by one that replays the log from scratch or from a snapshot, while B's writes stand."""
+    from tiering.metadata.manager import FencedError
+
+    topic, tmp = names
+    tp = TopicIdPartition(uuid.uuid4(), "fenced", 0)
+    partition = metadata_partition(tp, PARTITIONS)
+    a = open_store(upstream, topic, tmp / "a")
+    b = open_store(upstream, topic, tmp / "b")
+    try:
+        a.claim({partition}, "a")
+        started = segment(tp, 0)
+        a.add_remote_log_segment_metadata(started)  # before B's claim: stands
+        b.claim({partition}, "b")
+        assert b.owner_epoch(partition) == 2
+        with pytest.raises(FencedError):
+            a.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(started.segment_id, 2, S.COPY_SEGMENT_FINISHED, 1, None))
+        with pytest.raises(FencedError):  # and every later write of A's to that partition
+            a.add_remote_log_segment_metadata(segment(tp, 10))
+        copy(b, segment(tp, 10))  # the new owner's writes stand
+        b.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(started.segment_id, 3, S.DELETE_SEGMENT_STARTED, 1, None))
+        b.write_snapshots()
+        want = [(0, S.DELETE_SEGMENT_STARTED), (10, S.COPY_SEGMENT_FINISHED)]
+        for store in (a, b):  # (A reads B's last writes in its own time)
+            assert wait_until(lambda store=store: [(s.start_offset, s.state) for s in
+                                                   store.list_remote_log_segments(tp)] == want, 10)
+    finally:
+        a.close()
+        b.close()
+    # A fresh replay and a restart from B's snapshot ignore A's fenced writes alike, and keep the
+    # epoch: a write of A's epoch after the snapshot is still ignored.
+    for snapshots in (tmp / "fresh", tmp / "b"):
+        store = open_store(upstream, topic, snapshots)
+        try:
+            assert [(s.start_offset, s.state) for s in store.list_remote_log_segments(tp)] == [
+                (0, S.DELETE_SEGMENT_STARTED), (10, S.COPY_SEGMENT_FINISHED)]
+            assert store.owner_epoch(partition) == 2 and store.records_fenced == (2 if snapshots.name == "fresh" else 0)
+        finally:
+            store.close()

@@ -44,7 +44,8 @@ from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError
 from tiering.config import TopicTiering
 from tiering.copy.local_retention import local_retention_target
 from tiering.copy.segment import SegmentBuilder
-from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
+from tiering.metadata.state import InvalidStateTransitionError
 from tiering.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -52,7 +53,7 @@ from tiering.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tiering.storage.api import RemoteStorageError, RemoteStorageManager
+from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class TieringMetrics:
     data_loss_offsets: int = 0
     local_log_start_moves: int = 0
     copy_requests: int = 0
+    fenced: int = 0  # passes stopped because a newer owner fenced this instance's writes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _by_topic: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
@@ -183,6 +185,12 @@ class PartitionCopier:
             self._expire_remote()
             self._local_retention(client)
             self.failures = 0
+        except FencedError as exc:
+            # Another instance owns this partition's metadata now (this one stalled past its
+            # group session): it copies from here; this copier writes nothing more.
+            self.stopped = True
+            self.metrics.add(self.tp.topic, fenced=1)
+            log.warning("%s: fenced by a newer owner, stopped copying it: %s", self.tp, exc)
         except (RemoteStorageError, BrokerClientError, OSError) as exc:
             self.failures += 1
             self.metrics.add(self.tp.topic, copy_errors=1, copy_requests=1)
@@ -280,7 +288,7 @@ class PartitionCopier:
                 max_timestamp_ms=facts.max_timestamp_ms, broker_id=self.broker_id, event_timestamp_ms=now_ms(),
                 segment_size_bytes=facts.size_bytes, segment_leader_epochs=facts.leader_epochs,
                 tx_index_empty=facts.tx_index_empty)
-            self.rlmm.add_remote_log_segment_metadata(metadata)
+            self.rlmm.add_remote_log_segment_metadata(metadata)  # fenced here: nothing uploaded yet
             try:
                 custom = self.rsm.copy_log_segment_data(metadata, data)
             except RemoteStorageError:
@@ -295,8 +303,20 @@ class PartitionCopier:
             self.open = None
             self.stopped = True
             return
-        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            segment_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
+        try:
+            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                segment_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
+        except (FencedError, RemoteResourceNotFoundError, InvalidStateTransitionError) as exc:
+            # Fenced: every instance ignores this write. Not found, or no longer STARTED: a new
+            # owner's orphan sweep took the record while this instance stalled. Either way
+            # nothing will ever reference the upload: remove it (its keys are this attempt's
+            # alone, so no live segment is touched), and stop, the partition is someone else's.
+            self._remove_upload(metadata)
+            builder.discard()
+            self.open = None
+            if isinstance(exc, FencedError):
+                raise
+            raise FencedError(f"segment {segment_id.id} was taken over during its copy: {exc}") from exc
         self.metrics.add(self.tp.topic, copied_segments=1, copied_bytes=facts.size_bytes, copy_requests=1)
         log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
         builder.discard()
@@ -314,6 +334,19 @@ class PartitionCopier:
             self._delete_segment(metadata)
         except RemoteStorageError as exc:
             log.warning("could not clean up failed copy of %s segment %s yet: %s", self.tp, metadata.segment_id.id, exc)
+        except FencedError:
+            self._remove_upload(metadata)
+            raise
+
+    def _remove_upload(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete a fenced copy's objects, writing no metadata (a fenced writer's is ignored)."""
+        try:
+            self.rsm.delete_log_segment_data(metadata)
+            log.info("%s: removed fenced copy %d..%d (segment %s)", self.tp, metadata.start_offset,
+                     metadata.end_offset, metadata.segment_id.id)
+        except RemoteStorageError as exc:
+            log.error("%s: could not remove fenced copy %s: %s; its objects stay orphaned", self.tp,
+                      metadata.segment_id.id, exc)
 
     def _out_of_range(self, client: BrokerClient) -> None:
         error, log_start = client.list_offset(self.leader, self.tp.topic, self.tp.partition, EARLIEST)

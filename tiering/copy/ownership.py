@@ -5,14 +5,19 @@ group over the metadata topic's partitions. The instance assigned metadata parti
 The group member never reads records: its partitions are paused as soon as they are assigned,
 and polling only keeps the membership alive. Rebalances are eager (kafka-python revokes
 everything before the new assignment), and the revocation callback returns only once the remote
-log manager has finished the passes in flight for the revoked partitions, so two instances
-never copy the same partition at once. An instance that dies loses its partitions after
-``session.timeout.ms``; the next owner cleans up any copy it left half done.
+log manager has finished the passes in flight for the revoked partitions. An instance that dies
+loses its partitions after ``session.timeout.ms``; the next owner cleans up any copy it left half
+done. An instance that only stalled (a long pause, a frozen VM) learns of its loss late, when it
+runs again, and may be mid-copy then: each new owner first claims the metadata partition with a
+higher owner epoch, and the stalled one's later writes are fenced by it
+(``tiering.metadata.topic_store``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable
 
@@ -26,6 +31,11 @@ from tiering.model import TopicIdPartition
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP_ID = "tiered-proxy-remote-log-manager"
+
+
+def owner_id() -> str:
+    """Who claims a metadata partition, for the log lines of every instance that replays it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class GroupOwnership:
@@ -74,10 +84,18 @@ class GroupOwnership:
         self._consumer.pause(*self._consumer.assignment())
         with self._lock:
             acquired = assigned - self.owned
-            self.owned |= assigned
         if acquired:
+            # The claim (a new owner epoch, tiering/metadata/topic_store.py) comes before the
+            # first write: until it is read back these partitions are not owned here.
+            try:
+                self._on_acquire(acquired)
+            except Exception:
+                log.exception("remote log manager: could not claim metadata partitions %s; not copying them",
+                              sorted(acquired))
+                return
             log.info("remote log manager: now copying for metadata partitions %s", sorted(acquired))
-            self._on_acquire(acquired)
+        with self._lock:
+            self.owned |= assigned
 
     def close(self) -> None:
         self._stop.set()

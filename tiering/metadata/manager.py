@@ -30,6 +30,12 @@ from tiering.model import (
 )
 
 
+class FencedError(Exception):
+    """A metadata write from an owner that a newer owner of its metadata partition has fenced:
+    the record is in the log but every instance ignores it. The writer must stop working on that
+    metadata partition's user partitions and remove what it uploaded for the write."""
+
+
 class RemoteLogMetadataManager(ABC):
     """KIP-405's RemoteLogMetadataManager (see the javadoc in the project seeds).
 

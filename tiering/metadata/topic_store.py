@@ -7,14 +7,25 @@ thread and applies each record through the one replay path (:meth:`MetadataState
 is acknowledged by the brokers (acks=all), then waited for until this instance's consumer has
 applied it, so a caller reads its own writes and every record is applied once, in log order.
 
+**Fencing.** When several instances share the topic, the one that owns a metadata partition
+(``tiering.copy.ownership``) first writes a *claim* there: a record with the key
+``tiered-proxy.owner.claim``, a null value and a ``tiered-proxy.owner.epoch`` header one above the highest epoch the partition holds. Each of its
+writes to that partition then carries its epoch in the same header. Replaying a partition in
+order, every instance ignores a write whose epoch is below the partition's highest claim, and a
+claim that does not raise it. An owner that stalled past its group session and resumes still
+believes it owns the partition, but its writes land after the new owner's claim: its own read-back
+finds them ignored and raises :class:`FencedError`, so it stops and removes what it uploaded.
+Writes without the header (topic configs from any instance's admin requests) are not fenced.
+
 Per metadata partition a snapshot file (the journal format of ``tiering.metadata.journal_store``: the live
 records of the user partitions that hash there, plus the next offset to read) is written
 atomically every ``snapshot_interval_s`` and on close; a restart loads the snapshots and reads
-only what came after them.
+only what came after them; the snapshot keeps the partition's highest claimed epoch too.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -30,7 +41,7 @@ from protocol.errors import ProtocolError
 from tiering.client_security import ClientSecurity
 from tiering.metadata.codec import deserialize, metadata_partition, serialize
 from tiering.metadata.journal_store import frame, fsync_dir, read_journal
-from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import RemoteLogMetadata
 from tiering.model import (
     RemoteLogSegmentMetadata,
@@ -41,6 +52,14 @@ from tiering.model import (
 
 log = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.05  # between polls that found nothing new
+OWNER_EPOCH_HEADER = "tiered-proxy.owner.epoch"
+OWNER_HEADER = "tiered-proxy.owner"
+CLAIM_KEY = b"tiered-proxy.owner.claim"
+_CLAIM_ATTEMPTS = 5
+
+
+def _header(headers: list[tuple[str, bytes]] | None, name: str) -> bytes | None:
+    return next((value for key, value in headers or () if key == name), None)
 
 
 def _user_partition(record: RemoteLogMetadata) -> TopicIdPartition:
@@ -68,6 +87,12 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         self.records_replayed = 0
         self._applied = threading.Condition(self._lock)
         self._positions: dict[int, int] = {}  # metadata partition -> next offset to apply
+        self._owner_epochs: dict[int, int] = {}  # metadata partition -> highest claimed epoch in its log
+        self._my_epochs: dict[int, int] = {}  # metadata partitions this instance claimed, and the epoch
+        # (partition, offset) of records replay ignored (fenced writes, stale claims), recent ones:
+        # a writer waiting for its read-back looks its record up here.
+        self._ignored: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
+        self.records_fenced = 0
         # kafka-python takes TLS and SASL as keyword arguments.
         self._tls = (security or ClientSecurity()).kafka_python_config()
         self._ensure_topic(bootstrap_servers, replication_factor)
@@ -122,7 +147,8 @@ class TopicMetadataStore(RemoteLogMetadataManager):
             data = path.read_bytes()
             head, _, body = data.partition(b"\n")
             try:
-                position = json.loads(head)["next_offset"]
+                saved = json.loads(head)
+                position = saved["next_offset"]
             except (ValueError, KeyError):
                 log.warning("snapshot %s unreadable; replaying that partition", path)
                 continue
@@ -130,6 +156,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
             for record in records:
                 self._state.apply(record)
             self._positions[partition] = position
+            self._owner_epochs[partition] = int(saved.get("owner_epoch", 0))
 
     def _reset_partition(self, partition: int) -> None:
         with self._lock:
@@ -140,6 +167,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 del self._state.partitions[tp]
             for name in [n for n, t in self._state.topics.items() if here(TopicIdPartition(t.topic_id, n, 0))]:
                 del self._state.topics[name]
+            self._owner_epochs.pop(partition, None)
 
     # --- the consumer thread -------------------------------------------------------------------
 
@@ -160,17 +188,38 @@ class TopicMetadataStore(RemoteLogMetadataManager):
             with self._applied:
                 for tp, messages in batches.items():
                     for message in messages:
-                        try:
-                            self._state.apply(deserialize(message.value))
-                            self.records_replayed += 1
-                        except ProtocolError as exc:
-                            log.error("metadata topic %s-%d offset %d unreadable, skipped: %s",
-                                      self.topic, tp.partition, message.offset, exc)
+                        self._replay(tp.partition, message.offset, message.key, message.value, message.headers)
                         self._positions[tp.partition] = message.offset + 1
                 self._applied.notify_all()
             if time.monotonic() - last_snapshot >= self.snapshot_interval_s:
                 self.write_snapshots()
                 last_snapshot = time.monotonic()
+
+    def _replay(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes]]) -> None:
+        """Apply one record of a metadata partition, in log order, unless it is fenced."""
+        raw_epoch = _header(headers, OWNER_EPOCH_HEADER)
+        epoch = int(raw_epoch) if raw_epoch is not None else None
+        highest = self._owner_epochs.get(partition, 0)
+        if key == CLAIM_KEY:
+            if epoch is not None and epoch > highest:
+                self._owner_epochs[partition] = epoch
+                log.info("metadata partition %d: owner epoch %d (%s)", partition, epoch,
+                         (_header(headers, OWNER_HEADER) or b"?").decode(errors="replace"))
+            else:
+                self._ignored.append((partition, offset))
+            return
+        if epoch is not None and epoch < highest:
+            self._ignored.append((partition, offset))
+            self.records_fenced += 1
+            log.warning("metadata topic %s-%d offset %d: write of owner epoch %d fenced by epoch %d, ignored",
+                        self.topic, partition, offset, epoch, highest)
+            return
+        try:
+            self._state.apply(deserialize(value))
+            self.records_replayed += 1
+        except ProtocolError as exc:
+            log.error("metadata topic %s-%d offset %d unreadable, skipped: %s", self.topic, partition, offset, exc)
 
     def wait_until_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -193,9 +242,48 @@ class TopicMetadataStore(RemoteLogMetadataManager):
 
     # --- writes --------------------------------------------------------------------------------
 
+    def claim(self, partitions: set[int], owner: str) -> None:
+        """Become the owner of these metadata partitions: a claim one epoch above the highest
+        each holds, read back (so everything before it is applied here, and a claim that lost a
+        race is retried higher)."""
+        for partition in sorted(partitions):
+            with self._lock:
+                for _ in range(_CLAIM_ATTEMPTS):
+                    epoch = self._owner_epochs.get(partition, 0) + 1
+                    offset = self._send_and_read_back(partition, CLAIM_KEY, None, [
+                        (OWNER_EPOCH_HEADER, str(epoch).encode()), (OWNER_HEADER, owner.encode())])
+                    if (partition, offset) not in self._ignored:
+                        self._my_epochs[partition] = epoch
+                        break
+                else:
+                    raise FencedError(f"metadata partition {partition}: no claim held in {_CLAIM_ATTEMPTS} attempts")
+
+    def release_claims(self, partitions: set[int]) -> None:
+        with self._lock:
+            for partition in partitions:
+                self._my_epochs.pop(partition, None)
+
+    def owner_epoch(self, partition: int) -> int:
+        """The highest epoch claimed in this metadata partition's log so far."""
+        with self._lock:
+            return self._owner_epochs.get(partition, 0)
+
     def _persist(self, record: RemoteLogMetadata) -> None:
         partition = metadata_partition(_user_partition(record), self.partitions_count)
-        future = self._producer.send(self.topic, value=serialize(record), partition=partition)
+        epoch = self._my_epochs.get(partition)
+        headers = [(OWNER_EPOCH_HEADER, str(epoch).encode())] if epoch is not None else []
+        offset = self._send_and_read_back(partition, None, serialize(record), headers)
+        if (partition, offset) in self._ignored:
+            # The stale epoch stays until the group revokes the partition (release_claims), so
+            # every further write of this instance there is fenced too.
+            raise FencedError(f"{self.topic}-{partition}: this instance's owner epoch {epoch} was fenced by "
+                              f"epoch {self._owner_epochs.get(partition, 0)}; the write at offset {offset} is ignored")
+
+    def _send_and_read_back(self, partition: int, key: bytes | None, value: bytes | None,
+                            headers: list[tuple[str, bytes]]) -> int:
+        """Produce one record to ``partition``, wait until this instance's consumer has replayed
+        it, and return its offset. Called with the lock held."""
+        future = self._producer.send(self.topic, key=key, value=value, partition=partition, headers=headers)
         # Wait for the ack without holding the lock: the consumer thread needs it to apply.
         self._lock.release()
         try:
@@ -209,6 +297,7 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 raise TimeoutError(f"metadata record at {self.topic}-{partition}@{offset} written "
                                    f"but not read back within {self.write_timeout_s:.0f}s")
             self._applied.wait(remaining)
+        return offset
 
     # --- snapshots and close -------------------------------------------------------------------
 
@@ -218,11 +307,13 @@ class TopicMetadataStore(RemoteLogMetadataManager):
             for record in self._state.snapshot_records():
                 by_partition[metadata_partition(_user_partition(record), self.partitions_count)].append(record)
             positions = dict(self._positions)
+            epochs = dict(self._owner_epochs)
         for partition, records in by_partition.items():
             path = self._snapshot_path(partition)
             temporary = path.with_suffix(".tmp")
             with open(temporary, "wb") as f:
-                f.write(json.dumps({"next_offset": positions.get(partition, 0)}).encode() + b"\n")
+                f.write(json.dumps({"next_offset": positions.get(partition, 0),
+                                    "owner_epoch": epochs.get(partition, 0)}).encode() + b"\n")
                 for record in records:
                     f.write(frame(serialize(record)))
                 f.flush()

@@ -1,0 +1,139 @@
+"""A proxy that freezes while it copies and comes back after another took its partitions over
+(issue 17): its late writes are fenced, it removes its upload, and the remote tier ends as if it
+had never stalled.
+
+Two proxies share a metadata topic on Tansu (kafka-python groups work there, tests/UPSTREAMS.md)
+and one S3 bucket (moto). The first reaches S3 through a relay that holds every request for a
+second, so whenever it is frozen (SIGSTOP) it is in the middle of a copy. It stays frozen past
+the group session; the second claims its metadata partitions and copies on; then the first
+resumes (SIGCONT), finishes its upload, and writes its COPY_SEGMENT_FINISHED, which every
+instance must ignore.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+
+from tests.integration.faulty_http import FaultyRelay
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket, s3_client
+from tests.proxy_process import start_proxy
+from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
+from tiering.broker_client import BrokerClient
+from tiering.metadata.topic_store import TopicMetadataStore
+from tiering.storage.object_layout import kafka_uuid_str
+from tiering.storage.uri import storage_from_uri
+
+PARTITIONS = 4
+METADATA_PARTITIONS = 4
+SESSION_MS = 6000
+
+
+def _produce_until(bootstrap: str, topic: str, stop: threading.Event) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
+    i = 0
+    while not stop.is_set() and i < 200_000:  # bounded: about 40 s at the pace below
+        for _ in range(250):
+            producer.produce(topic, key=str(i).encode(), value=f"v{i}-".encode() + bytes(300), partition=i % PARTITIONS)
+            i += 1
+        producer.poll(0)
+        stop.wait(0.05)
+    assert producer.flush(30) == 0
+
+
+def _owned(log_text: str) -> set[int]:
+    """The metadata partitions a proxy's log says it copies for now."""
+    owned: set[int] = set()
+    for kind, listed in re.findall(r"(now copying for|released) metadata partitions \[([\d, ]*)\]", log_text):
+        partitions = {int(p) for p in listed.split(",") if p.strip()}
+        owned = owned | partitions if kind == "now copying for" else owned - partitions
+    return owned
+
+
+def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(tansu, tmp_path, unique_name):
+    topic = f"zombie-{unique_name}"
+    metadata_topic = f"rlmm-{unique_name}"
+    moto = MotoS3()
+    moto.start()
+    slow = FaultyRelay(moto.endpoint)
+    slow.mode, slow.delay_s = "slow", 1.0
+    bucket = new_bucket(moto.endpoint)
+    credentials = ("--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
+                   "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}")
+    common = ("--metadata", f"topic://{metadata_topic}", *credentials,
+              "--set", f"remote.log.metadata.topic.num.partitions={METADATA_PARTITIONS}",
+              "--set", f"remote.log.manager.group.id=copiers-{unique_name}",
+              "--set", f"remote.log.manager.group.session.timeout.ms={SESSION_MS}",
+              "--set", "remote.log.manager.task.interval.ms=200", "--set", "proxy.copier.backoff.max.ms=1000")
+    create_tiered_topic(tansu.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024)})
+    stop_producing = threading.Event()
+    producer = threading.Thread(target=_produce_until, args=(tansu.bootstrap, topic, stop_producing), daemon=True)
+    frozen = start_proxy(tansu.bootstrap, tmp_path / "frozen", "--data-dir", str(tmp_path / "frozen-data"), *common,
+                         "--remote", f"s3://{bucket}/t?endpoint_url={slow.endpoint}&region={REGION}")
+    other = None
+    try:
+        producer.start()
+        # The frozen-to-be owns every metadata partition until the other joins.
+        assert wait_until(lambda: _owned(frozen.log_text()) == set(range(METADATA_PARTITIONS)), 60), \
+            frozen.log_text()[-2000:]
+        other = start_proxy(tansu.bootstrap, tmp_path / "other", "--data-dir", str(tmp_path / "other-data"), *common,
+                            "--remote", f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}")
+        time.sleep(2)  # the first copying through its slow relay (the group may not have split yet)
+        frozen.process.send_signal(signal.SIGSTOP)
+        # Past the session: the other claims everything and copies on.
+        assert wait_until(lambda: _owned(other.log_text()) == set(range(METADATA_PARTITIONS)),
+                          5 * SESSION_MS / 1000), other.log_text()[-3000:]
+        mark = len(other.log_text())
+        assert wait_until(lambda: len(set(re.findall(rf"tiered {re.escape(topic)}-(\d+) ", other.log_text()[mark:])))
+                          == PARTITIONS, 60), other.log_text()[-3000:]
+        frozen.process.send_signal(signal.SIGCONT)
+        assert wait_until(lambda: "fenced by a newer owner" in frozen.log_text(), 30), frozen.log_text()[-3000:]
+        assert wait_until(lambda: "removed fenced copy" in frozen.log_text(), 30), frozen.log_text()[-3000:]
+        stop_producing.set()
+        producer.join(60)
+        slow.mode = "pass"  # from here on, whoever owns what catches up quickly
+
+        client = BrokerClient(tansu.bootstrap)
+        tps = partitions_of(client, topic)
+        store = TopicMetadataStore(tansu.bootstrap, tmp_path / "check", topic=metadata_topic,
+                                   partitions=METADATA_PARTITIONS)
+        storage = storage_from_uri(f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}", **{
+            "remote.log.storage.s3.access.key.id": DUMMY_CREDENTIALS["aws_access_key_id"],
+            "remote.log.storage.s3.secret.access.key": DUMMY_CREDENTIALS["aws_secret_access_key"]})
+        try:
+            wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}
+
+            def all_tiered() -> bool:
+                return all(store.copied_segments(tp) and store.copied_segments(tp)[-1].end_offset >= wanted[tp]
+                           and not [s for s in store.list_remote_log_segments(tp) if s.state.name != "COPY_SEGMENT_FINISHED"]
+                           for tp in tps)
+
+            assert wait_until(all_tiered, 90)
+            live = set()
+            for tp in tps:
+                chain = check_contiguous(store, tp)  # from 0, no gap, no overlap, all finished
+                remote = b"".join(storage.fetch_log_segment(s, 0) for s in chain)
+                assert remote == direct_log(client, tp)[0][:len(remote)]  # byte-equal to the broker
+                live |= {kafka_uuid_str(s.segment_id.id) for s in chain}
+            assert store.records_fenced >= 1  # the frozen one's late write, ignored on replay too
+            # No orphan: every object in the bucket belongs to a live segment.
+            keys = [o["Key"] for page in s3_client(moto.endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket)
+                    for o in page.get("Contents", [])]
+            owners = {re.search(r"-([A-Za-z0-9_-]{22})\.", key).group(1) for key in keys}
+            assert owners == live, (owners - live, live - owners)
+        finally:
+            store.close()
+            storage.close()
+    finally:
+        stop_producing.set()
+        if frozen.process.poll() is None:
+            frozen.process.send_signal(signal.SIGCONT)
+        frozen.stop()
+        if other is not None:
+            other.stop()
+        slow.close()
+        moto.stop()
