@@ -56,9 +56,10 @@ SEGMENT_METADATA_UPDATE_API_KEY = 1
 PARTITION_DELETE_METADATA_API_KEY = 2
 # This proxy's own records, in the same framing (Kafka defines no records for them; only proxies
 # read the metadata topic): a topic's tiering configs and KIP-950 state, and a partition's remote
-# log start after DeleteRecords.
+# log start after DeleteRecords, and a range the brokers deleted before it was tiered.
 TOPIC_TIERING_STATE_API_KEY = 64
 REMOTE_LOG_START_OFFSET_API_KEY = 65
+REMOTE_LOG_DATA_LOSS_API_KEY = 66
 TIERING_STATES = range(-1, 3)  # none, ENABLED, DISABLING, DISABLED
 DISABLE_POLICIES = range(0, 2)  # retain, delete
 
@@ -137,8 +138,16 @@ class RemoteLogStartOffsetRecord(NamedTuple):
     event_timestamp_ms: int
 
 
+class RemoteLogDataLossRecord(NamedTuple):
+    topic_id_partition: TopicIdPartitionEntry
+    first_offset: int
+    last_offset: int
+    event_timestamp_ms: int
+
+
 MetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
-                  | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord)
+                  | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord
+                  | RemoteLogDataLossRecord)
 
 
 # --- the schemas, declared (field order is the wire order) ------------------------------------
@@ -220,6 +229,16 @@ REMOTE_LOG_START_OFFSET_RECORD = _AsTuple(
     ),
     RemoteLogStartOffsetRecord,
 )
+REMOTE_LOG_DATA_LOSS_RECORD = _AsTuple(
+    Struct(
+        "topic_id_partition" / TOPIC_ID_PARTITION_ENTRY,
+        "first_offset" / Int64sb,
+        "last_offset" / Int64sb,
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    RemoteLogDataLossRecord,
+)
 FRAME_HEADER = Struct("frame_version" / UVarInt, "api_key" / UVarInt, "version" / UVarInt)
 
 _BODIES: dict[int, Construct] = {
@@ -228,6 +247,7 @@ _BODIES: dict[int, Construct] = {
     PARTITION_DELETE_METADATA_API_KEY: REMOTE_PARTITION_DELETE_METADATA_RECORD,
     TOPIC_TIERING_STATE_API_KEY: TOPIC_TIERING_STATE_RECORD,
     REMOTE_LOG_START_OFFSET_API_KEY: REMOTE_LOG_START_OFFSET_RECORD,
+    REMOTE_LOG_DATA_LOSS_API_KEY: REMOTE_LOG_DATA_LOSS_RECORD,
 }
 _API_KEYS: dict[type, int] = {
     RemoteLogSegmentMetadataRecord: SEGMENT_METADATA_API_KEY,
@@ -235,6 +255,7 @@ _API_KEYS: dict[type, int] = {
     RemotePartitionDeleteMetadataRecord: PARTITION_DELETE_METADATA_API_KEY,
     TopicTieringStateRecord: TOPIC_TIERING_STATE_API_KEY,
     RemoteLogStartOffsetRecord: REMOTE_LOG_START_OFFSET_API_KEY,
+    RemoteLogDataLossRecord: REMOTE_LOG_DATA_LOSS_API_KEY,
 }
 
 
@@ -308,6 +329,10 @@ def _state_problem(record: MetadataRecord) -> str | None:
     """States are int8 on the wire but only the ids Kafka's enums define mean anything."""
     if isinstance(record, RemoteLogStartOffsetRecord):
         return None if record.log_start_offset >= 0 else f"negative log start offset {record.log_start_offset}"
+    if isinstance(record, RemoteLogDataLossRecord):
+        if 0 <= record.first_offset <= record.last_offset:
+            return None
+        return f"data-loss range {record.first_offset}..{record.last_offset} is not a range of offsets"
     if isinstance(record, TopicTieringStateRecord):
         if record.disable_policy not in DISABLE_POLICIES:
             return f"TopicTieringStateRecord has unknown disable policy {record.disable_policy}"

@@ -5,3 +5,4 @@
 REMOTE_LOG_DIR_PREFIX = "remote:"
 TAG_SEGMENT_COUNT = 10_000  # per partition: int32, the remote segments
 TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch" (KIP-950)
+TAG_DATA_LOSS = 10_001  # per partition: int64 offsets and int32 ranges the brokers deleted before they were tiered

@@ -197,6 +197,21 @@ class TopicTieringState:
 
 
 @dataclass(frozen=True)
+class RemoteLogDataLoss:
+    """Offsets ``first_offset..last_offset`` of a partition that the brokers deleted before they
+    were tiered: gone from both tiers, recorded so that every instance can report them."""
+
+    topic_id_partition: TopicIdPartition
+    first_offset: int
+    last_offset: int
+    event_timestamp_ms: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_offset <= self.last_offset:
+            raise ValueError(f"data-loss range {self.first_offset}..{self.last_offset} is not a range of offsets")
+
+
+@dataclass(frozen=True)
 class RemoteLogStartOffset:
     """A partition's remote log start after DeleteRecords: offsets below it are gone, even where
     a remote segment that straddles it still holds them."""

@@ -308,11 +308,27 @@ def test_log_start_passing_the_copier_is_recorded_as_data_loss(noida, tmp_path, 
         gaps = manager.gaps.entries()
         assert [(g["first_offset"], g["last_offset"]) for g in gaps] == [(ry + 1, ry + 500)]
         assert manager.metrics.data_loss_gaps == 1 and manager.metrics.data_loss_offsets == 500
+        assert rlmm.data_loss(tp) == [(ry + 1, ry + 500)]  # in the store, for every instance
         segments = sorted(rlmm.copied_segments(tp), key=lambda s: s.start_offset)
         after = [s for s in segments if s.start_offset > ry]
         # Copying resumed at the batch holding the new log start (batches are never split).
         assert ry < after[0].start_offset <= ry + 501 <= after[0].end_offset
     assert RemoteLogSegmentState.COPY_SEGMENT_FINISHED in {s.state for s in segments}
+    # describe, asked of a proxy on the same remote tier, shows the loss per partition.
+    import subprocess
+    import sys
+
+    from tests.proxy_process import start_proxy
+
+    proxy = start_proxy(noida.bootstrap, tmp_path / "proxy", "--remote", f"file://{tmp_path / 'remote'}",
+                        "--metadata", f"file://{tmp_path / 'metadata'}", "--data-dir", str(tmp_path / "proxy-data"))
+    try:
+        out = subprocess.run([sys.executable, "-m", "proxy.cli", "describe", "--bootstrap-servers", proxy.bootstrap,
+                              "--topic", unique_name], capture_output=True, text=True, timeout=60, check=True).stdout
+    finally:
+        proxy.stop()
+    header, row = out.splitlines()
+    assert row.split()[header.split().index("LOST")] == "500", out
 
 
 def test_remote_retention_by_bytes_expires_oldest_first(noida, tmp_path, unique_name):

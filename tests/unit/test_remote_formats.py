@@ -15,6 +15,7 @@ from protocol.errors import ProtocolError
 from tiering.metadata import codec
 from tiering.model import (
     DisablePolicy,
+    RemoteLogDataLoss,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -173,6 +174,9 @@ records_st = st.one_of(
               st.lists(st.tuples(st.text(max_size=30), st.text(max_size=30)), max_size=5).map(tuple),
               st.booleans(), st.integers(0, 2**45)),
     st.builds(RemoteLogStartOffset, tps, st.integers(0, 2**62), st.integers(0, 2**45)),
+    # ... and a range the brokers deleted before it was tiered.
+    st.builds(lambda tp, a, b, ts: RemoteLogDataLoss(tp, min(a, b), max(a, b), ts), tps,
+              st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**45)),
 )
 
 

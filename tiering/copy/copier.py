@@ -359,6 +359,8 @@ class PartitionCopier:
         log.error("DATA LOSS: %s offsets %d..%d were deleted by the brokers before they were tiered", self.tp, first, last)
         self.metrics.add(self.tp.topic, data_loss_gaps=1, data_loss_offsets=last - first + 1)
         self.gaps.record(self.tp, first, last)
+        # In the metadata store too, so that every instance's describe shows it.
+        self.rlmm.put_remote_log_data_loss(self.tp, first, last, now_ms())
         if self.open is not None and not self.open.empty:
             self._roll()  # what was fetched before the gap is still good
         self.next_offset = log_start

@@ -8,6 +8,7 @@ from protocol import metadata_records as mr
 from protocol.errors import ProtocolError
 from tiering.model import (
     DisablePolicy,
+    RemoteLogDataLoss,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -21,7 +22,7 @@ from tiering.model import (
 )
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss)
 
 
 def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
@@ -90,6 +91,13 @@ def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
             log_start_offset=metadata.log_start_offset,
             event_timestamp_ms=metadata.event_timestamp_ms,
         )
+    if isinstance(metadata, RemoteLogDataLoss):
+        return mr.RemoteLogDataLossRecord(
+            topic_id_partition=_tp_entry(metadata.topic_id_partition),
+            first_offset=metadata.first_offset,
+            last_offset=metadata.last_offset,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+        )
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 
@@ -141,6 +149,13 @@ def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
             return RemoteLogStartOffset(
                 topic_id_partition=_tp(record.topic_id_partition),
                 log_start_offset=record.log_start_offset,
+                event_timestamp_ms=record.event_timestamp_ms,
+            )
+        if isinstance(record, mr.RemoteLogDataLossRecord):
+            return RemoteLogDataLoss(
+                topic_id_partition=_tp(record.topic_id_partition),
+                first_offset=record.first_offset,
+                last_offset=record.last_offset,
                 event_timestamp_ms=record.event_timestamp_ms,
             )
     except ProtocolError:

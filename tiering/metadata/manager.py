@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
+    RemoteLogDataLoss,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -90,6 +91,16 @@ class RemoteLogMetadataManager(ABC):
     def put_remote_log_start_offset(self, tp: TopicIdPartition, offset: int, event_timestamp_ms: int) -> None:
         """Raise ``tp``'s remote log start (DeleteRecords); it never moves back."""
         self._write(RemoteLogStartOffset(tp, offset, event_timestamp_ms))
+
+    def put_remote_log_data_loss(self, tp: TopicIdPartition, first: int, last: int, event_timestamp_ms: int) -> None:
+        """Record offsets ``first..last`` of ``tp`` as deleted by the brokers before they were tiered."""
+        self._write(RemoteLogDataLoss(tp, first, last, event_timestamp_ms))
+
+    def data_loss(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        """The ranges of ``tp`` the brokers deleted before they were tiered, oldest first."""
+        with self._lock:
+            state = self._state.partitions.get(tp)
+            return list(state.data_loss) if state is not None else []
 
     # --- reads -----------------------------------------------------------------------------
 

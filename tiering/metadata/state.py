@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tiering.model import (
+    RemoteLogDataLoss,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -29,7 +30,7 @@ from tiering.storage.api import RemoteResourceNotFoundError
 log = logging.getLogger(__name__)
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss)
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -69,6 +70,8 @@ class PartitionState:
     segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = field(default_factory=dict)
     delete_state: RemotePartitionDeleteState | None = None
     log_start_offset: int = 0  # raised by DeleteRecords; offsets below it are gone
+    # (first, last) offset ranges the brokers deleted before they were tiered, in order
+    data_loss: list[tuple[int, int]] = field(default_factory=list)
     # Finished segments ordered by start offset, rebuilt lazily after a change.
     _finished: list[RemoteLogSegmentMetadata] | None = None
 
@@ -134,6 +137,8 @@ class MetadataState:
             if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
                 raise InvalidStateTransitionError(
                     f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
+        elif isinstance(record, RemoteLogDataLoss):
+            pass  # a fact the copier observed; any range is allowed, repeats are applied once
         elif isinstance(record, RemoteLogStartOffset):
             state = self.partitions.get(record.topic_id_partition)
             if state is not None and record.log_start_offset < state.log_start_offset:
@@ -173,6 +178,11 @@ class MetadataState:
         elif isinstance(record, RemoteLogStartOffset):
             state = self.partition(record.topic_id_partition)
             state.log_start_offset = max(state.log_start_offset, record.log_start_offset)
+        elif isinstance(record, RemoteLogDataLoss):
+            state = self.partition(record.topic_id_partition)
+            gap = (record.first_offset, record.last_offset)
+            if gap not in state.data_loss:
+                state.data_loss.append(gap)
 
     def snapshot_records(self) -> Iterator[RemoteLogMetadata]:
         """Records that rebuild this state when applied in order (for compaction/snapshots)."""
@@ -184,6 +194,8 @@ class MetadataState:
                 yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
             if state.log_start_offset > 0:
                 yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
+            for first, last in state.data_loss:
+                yield RemoteLogDataLoss(tp, first, last, 0)
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -210,4 +222,5 @@ class MetadataState:
 
     def size_of_live_records(self) -> int:
         return len(self.topics) + sum(
-            len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) for s in self.partitions.values())
+            len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) + len(s.data_loss)
+            for s in self.partitions.values())
