@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 DATA_DIR_CONFIG = "proxy.data.dir"
 METADATA_URI_CONFIG = "remote.log.metadata.uri"
-OWNERSHIP_CONFIG = "proxy.copier.ownership"  # group (default with a metadata topic) or all
+OWNERSHIP_CONFIG = "proxy.copier.ownership"  # group (default with a metadata topic), all or none
+OWNERSHIPS = ("group", "all", "none")
 GROUP_ID_CONFIG = "remote.log.manager.group.id"
 GROUP_SESSION_TIMEOUT_CONFIG = "remote.log.manager.group.session.timeout.ms"
 DEFAULT_DATA_DIR = "/tmp/tiered-proxy"
@@ -129,7 +130,13 @@ class TieringService:
         data_dir, storage_uri, storage, metadata_uri, metadata = open_locations(bootstrap_servers, props, security)
         manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, security=security)
         ownership = None
-        if hasattr(metadata, "partitions_count") and str(props.get(OWNERSHIP_CONFIG, "group")) == "group":
+        mode = str(props.get(OWNERSHIP_CONFIG, "group"))
+        if mode not in OWNERSHIPS:
+            metadata.close()
+            raise ValueError(f"{OWNERSHIP_CONFIG}={mode}: expected one of {', '.join(OWNERSHIPS)}")
+        if mode == "none":  # serves reads and admin; copies, expires and deletes nothing
+            manager.owns = lambda tp: False
+        elif hasattr(metadata, "partitions_count") and mode == "group":
             # A shared metadata topic: instances divide the copying by a consumer group.
             from tiering.copy.ownership import DEFAULT_GROUP_ID, GroupOwnership, owner_id
 

@@ -51,6 +51,9 @@ class FaultyRelay:
                     conn.request(self.command, self.path, body=body, headers=headers)
                     answer = conn.getresponse()
                     data = answer.read()
+                except OSError:  # the S3 server is down: answer as S3 does when it cannot serve
+                    send_s3_error(self, 503, "ServiceUnavailable", "upstream S3 server unreachable")
+                    return
                 finally:
                     conn.close()
                 self.send_response(answer.status)
