@@ -59,6 +59,11 @@ class Message:
             self._body = self._decode(self.frame[self.body_at:])
         return self._body
 
+    @property
+    def is_decoded(self) -> bool:
+        """Whether ``body`` was asked for already (a filter that can avoid decoding looks here)."""
+        return self._body is not None
+
     def changed(self) -> None:
         """Say that ``body`` was modified: the frame is re-encoded before it goes on."""
         self._changed = True

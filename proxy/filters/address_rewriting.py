@@ -22,6 +22,7 @@ from protocol.apis import (
     SHARE_ACKNOWLEDGE,
     SHARE_FETCH,
 )
+from protocol.fetch_response_tags import NODE_ENDPOINTS_TAG, fetch_response_tags
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 
 # (node_id, real host, real port, rack) -> (advertised host, advertised port)
@@ -112,6 +113,9 @@ class AddressRewriting(Filter):
 
     async def _rewrite(self, ctx: RequestContext, response: Message) -> None:
         assert self.core is not None
+        if ctx.api.key == FETCH and not response.is_decoded and NODE_ENDPOINTS_TAG not in fetch_response_tags(
+                response.frame[response.body_at:], ctx.version):
+            return  # most Fetch answers name no new leader: found by lengths alone, nothing decoded
         _, rewrite = REWRITERS[ctx.api.key]
         if rewrite(response.body, ctx.version, self.core.advertise):
             response.changed()
