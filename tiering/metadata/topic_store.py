@@ -9,8 +9,9 @@ applied it, so a caller reads its own writes and every record is applied once, i
 
 **Fencing.** When several instances share the topic, the one that owns a metadata partition
 (``tiering.copy.ownership``) first writes a *claim* there: a record with the key
-``tiered-proxy.owner.claim``, a null value and a ``tiered-proxy.owner.epoch`` header one above the highest epoch the partition holds. Each of its
-writes to that partition then carries its epoch in the same header. Replaying a partition in
+``tiered-proxy.owner.claim``, a null value and a ``tiered-proxy.owner.epoch`` header one above
+the highest epoch the partition holds. Each of its writes to that partition then carries its
+epoch in the same header. Replaying a partition in
 order, every instance ignores a write whose epoch is below the partition's highest claim, and a
 claim that does not raise it. An owner that stalled past its group session and resumes still
 believes it owns the partition, but its writes land after the new owner's claim: its own read-back
@@ -199,7 +200,12 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 headers: list[tuple[str, bytes]]) -> None:
         """Apply one record of a metadata partition, in log order, unless it is fenced."""
         raw_epoch = _header(headers, OWNER_EPOCH_HEADER)
-        epoch = int(raw_epoch) if raw_epoch is not None else None
+        try:
+            epoch = int(raw_epoch) if raw_epoch is not None else None
+        except ValueError:
+            log.error("metadata topic %s-%d offset %d: owner epoch %r unreadable, record skipped",
+                      self.topic, partition, offset, raw_epoch)
+            return
         highest = self._owner_epochs.get(partition, 0)
         if key == CLAIM_KEY:
             if epoch is not None and epoch > highest:
@@ -214,6 +220,10 @@ class TopicMetadataStore(RemoteLogMetadataManager):
             self.records_fenced += 1
             log.warning("metadata topic %s-%d offset %d: write of owner epoch %d fenced by epoch %d, ignored",
                         self.topic, partition, offset, epoch, highest)
+            return
+        if value is None:
+            log.error("metadata topic %s-%d offset %d: a null record that is no claim, skipped",
+                      self.topic, partition, offset)
             return
         try:
             self._state.apply(deserialize(value))
