@@ -1,8 +1,13 @@
 """The remote tier's log dir in DescribeLogDirs answers: the proxy adds one log dir named
 ``remote:`` plus the storage URI, and puts in tagged fields (v2+) what only tiered-proxy's own
-``describe`` reads. Other clients skip unknown tags."""
+``describe`` reads. Other clients skip unknown tags. The proxy packs them and ``describe``
+unpacks them with the layouts below."""
+
+import struct
 
 REMOTE_LOG_DIR_PREFIX = "remote:"
-TAG_SEGMENT_COUNT = 10_000  # per partition: int32, the remote segments
+TAG_SEGMENT_COUNT = 10_000  # per partition: the remote segments
+SEGMENT_COUNT = struct.Struct(">i")
 TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch" (KIP-950)
-TAG_DATA_LOSS = 10_001  # per partition: int64 offsets and int32 ranges the brokers deleted before they were tiered
+TAG_DATA_LOSS = 10_001  # per partition: the offsets, and the ranges, the brokers deleted before they were tiered
+DATA_LOSS = struct.Struct(">qi")

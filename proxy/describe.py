@@ -7,13 +7,19 @@ the offsets the brokers deleted before they were tiered, and the KIP-950 state).
 from __future__ import annotations
 
 import socket
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA
 from protocol.errors import ErrorCode
-from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_DATA_LOSS, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
+from protocol.remote_log_dir import (
+    DATA_LOSS,
+    REMOTE_LOG_DIR_PREFIX,
+    SEGMENT_COUNT,
+    TAG_DATA_LOSS,
+    TAG_SEGMENT_COUNT,
+    TAG_TIERING_STATE,
+)
 from tiering.broker_client import AuthenticationRequiredError, BrokerClient, BrokerClientError
 from tiering.client_security import ClientSecurity
 
@@ -177,8 +183,8 @@ def _remote_log_dir(client: BrokerClient, node: int,
             for p in t["partitions"]:
                 tags = p.get("_unknown_tags") or {}
                 raw_count, raw_loss = tags.get(TAG_SEGMENT_COUNT), tags.get(TAG_DATA_LOSS)
-                count = struct.unpack(">i", raw_count)[0] if raw_count else 0
-                lost = struct.unpack(">qi", raw_loss)[0] if raw_loss else 0
+                count = SEGMENT_COUNT.unpack(raw_count)[0] if raw_count else 0
+                lost = DATA_LOSS.unpack(raw_loss)[0] if raw_loss else 0
                 found[(t["name"], p["partition_index"])] = (state, count, p["partition_size"], p["offset_lag"], lost)
     return found
 

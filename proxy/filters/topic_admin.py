@@ -24,7 +24,6 @@ fields only this proxy's ``describe`` reads, the segment count and the KIP-950 s
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 import uuid
@@ -43,7 +42,14 @@ from protocol.apis import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from protocol.errors import ErrorCode
-from protocol.remote_log_dir import REMOTE_LOG_DIR_PREFIX, TAG_DATA_LOSS, TAG_SEGMENT_COUNT, TAG_TIERING_STATE
+from protocol.remote_log_dir import (
+    DATA_LOSS,
+    REMOTE_LOG_DIR_PREFIX,
+    SEGMENT_COUNT,
+    TAG_DATA_LOSS,
+    TAG_SEGMENT_COUNT,
+    TAG_TIERING_STATE,
+)
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from tiering.broker_client import BrokerClient, BrokerClientError
@@ -65,8 +71,6 @@ log = logging.getLogger(__name__)
 
 TOPIC_RESOURCE = 2
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-_I32 = struct.Struct(">i")
-_LOSS = struct.Struct(">qi")  # TAG_DATA_LOSS: offsets lost, ranges
 # Configs a tiering validation needs from the broker's side of the topic.
 _RELATED = ("cleanup.policy", "retention.ms", "retention.bytes")
 
@@ -435,10 +439,10 @@ class TopicAdmin(Filter):
                 entry: dict[str, Any] = {"partition_index": tp.partition, "partition_size": size,
                                          "offset_lag": lag.get(tp, 0), "is_future_key": False}
                 if version >= 2:
-                    entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: _I32.pack(len(segments))}
+                    entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: SEGMENT_COUNT.pack(len(segments))}
                     lost = metadata.data_loss(tp)
                     if lost:
-                        entry["_unknown_tags"][TAG_DATA_LOSS] = _LOSS.pack(
+                        entry["_unknown_tags"][TAG_DATA_LOSS] = DATA_LOSS.pack(
                             sum(last - first + 1 for first, last in lost), len(lost))
                 partitions.append(entry)
             topic: dict[str, Any] = {"name": name, "partitions": partitions}
