@@ -11,6 +11,7 @@ import time
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
 from tiering.broker_client import BrokerClient
+from tiering.metadata.codec import metadata_partition
 from tiering.metadata.view import load_metadata
 from tiering.model import TopicIdPartition
 
@@ -42,6 +43,12 @@ def _copied_partitions(log_text: str, topic: str) -> set[int]:
     return {int(m) for m in re.findall(rf"tiered {re.escape(topic)}-(\d+) ", log_text)}
 
 
+def _owned_metadata_partitions(log_text: str) -> set[int]:
+    """What the instance's latest assignment made it copy for (empty before its first)."""
+    assignments = re.findall(r"now copying for metadata partitions \[([\d, ]+)\]", log_text)
+    return {int(m) for m in assignments[-1].split(",")} if assignments else set()
+
+
 def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, unique_name):
     topic = f"scale-{unique_name}"
     metadata = f"topic://rlmm-{unique_name}"
@@ -57,11 +64,23 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
     tps = partitions_of(client, topic)
     segments = _Segments(metadata, tansu.bootstrap)
     try:
+        def divided() -> bool:
+            owned_a, owned_b = _owned_metadata_partitions(first.log_text()), _owned_metadata_partitions(second.log_text())
+            return bool(owned_a and owned_b and not owned_a & owned_b
+                        and owned_a | owned_b == set(range(METADATA_PARTITIONS)))
+
+        assert wait_until(divided, 30)  # both members in the group before there is anything to copy
+        owned_a, owned_b = _owned_metadata_partitions(first.log_text()), _owned_metadata_partitions(second.log_text())
         _produce(tansu.bootstrap, topic, 12_000, 0)
         wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}  # last offset below the LSO
         assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 90)
-        copied_a, copied_b = _copied_partitions(first.log_text(), topic), _copied_partitions(second.log_text(), topic)
-        assert copied_a and copied_b and not copied_a & copied_b  # divided, each partition by one instance
+        # Each instance copies exactly the partitions whose metadata partition it owns. (Which
+        # those are follows from the topic id the broker chose, so one instance copies nothing
+        # in about one run of 35.)
+        by_owner = {owner: {tp.partition for tp in tps if metadata_partition(tp, METADATA_PARTITIONS) in owned}
+                    for owner, owned in (("a", owned_a), ("b", owned_b))}
+        assert _copied_partitions(first.log_text(), topic) == by_owner["a"]
+        assert _copied_partitions(second.log_text(), topic) == by_owner["b"]
 
         first.stop(signal.SIGKILL)  # its partitions move to the other after the session timeout
         time.sleep(1)
