@@ -67,9 +67,10 @@ def outage_setup(own_noida, tmp_path_factory):
         server.stop()
 
 
-def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], stop: threading.Event) -> Callable[[], None]:
-    """A consumer of partitions 0 and 1 from offset 0 that reads in small steps (so an outage
-    lands in the middle of its backfill), until ``stop`` is set."""
+def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], stop: threading.Event,
+                 slowly: threading.Event) -> Callable[[], None]:
+    """A consumer of partitions 0 and 1 from offset 0 that reads in small steps while ``slowly``
+    is set (so an outage lands in the middle of its backfill), until ``stop`` is set."""
 
     def run_kafka_python() -> None:
         from kafka import KafkaConsumer, TopicPartition
@@ -83,7 +84,8 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
             while not stop.is_set():
                 for msgs in consumer.poll(timeout_ms=200, max_records=200).values():
                     out.extend(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)) for m in msgs)
-                time.sleep(0.04)
+                if slowly.is_set():
+                    time.sleep(0.04)
         finally:
             consumer.close()
 
@@ -101,7 +103,7 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
                 batch = await consumer.getmany(timeout_ms=200, max_records=200)
                 for msgs in batch.values():
                     out.extend(Record(m.offset, m.timestamp, m.key, m.value, _headers(m.headers)) for m in msgs)
-                await asyncio.sleep(0.04)
+                await asyncio.sleep(0.04 if slowly.is_set() else 0)
         finally:
             await consumer.stop()
 
@@ -111,7 +113,9 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"unused-{uuid.uuid4().hex[:8]}",
                              "enable.auto.commit": False, "auto.offset.reset": "error",
                              "queued.max.messages.kbytes": 256, "queued.min.messages": 500,
-                             "max.partition.fetch.bytes": 64 * 1024})
+                             "max.partition.fetch.bytes": 64 * 1024,
+                             # Fetch again soon after the queue drains (default: a second later).
+                             "fetch.queue.backoff.ms": 20})
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
         try:
             while not stop.is_set():
@@ -119,7 +123,8 @@ def _slow_reader(client: str, bootstrap: str, topic: str, out: list[Record], sto
                     if m.error() is not None:
                         continue  # reported and retried by librdkafka itself; position is what counts
                     out.append(Record(m.offset(), m.timestamp()[1], m.key(), m.value(), _headers(m.headers())))
-                time.sleep(0.04)
+                if slowly.is_set():
+                    time.sleep(0.04)
         finally:
             consumer.close()
 
@@ -132,12 +137,13 @@ def test_backfill_resumes_after_the_remote_tier_returns(outage_setup, client):
     server, proxy, topic, truth = outage_setup
     total = sum(len(v) for v in truth.values())
     got: list[Record] = []
-    stop = threading.Event()
+    stop, slowly = threading.Event(), threading.Event()
+    slowly.set()
     errors: list[BaseException] = []
 
     def guarded() -> None:
         try:
-            _slow_reader(client, proxy.bootstrap, topic, got, stop)()
+            _slow_reader(client, proxy.bootstrap, topic, got, stop, slowly)()
         except BaseException as e:  # noqa: BLE001 - reported by the test below
             errors.append(e)
 
@@ -164,6 +170,7 @@ def test_backfill_resumes_after_the_remote_tier_returns(outage_setup, client):
         tail_seconds = time.monotonic() - started
         server.start()  # same port, same objects
         outage_started = False
+        slowly.clear()  # the rest of the backfill at the client's own pace
         assert wait_until(lambda: len(got) >= total or bool(errors), 120), (len(got), total, held, errors)
         time.sleep(1)  # anything duplicated would arrive now
     finally:
