@@ -6,8 +6,9 @@ Two proxies share a metadata topic on Tansu (kafka-python groups work there, tes
 and one S3 bucket (moto). The first reaches S3 through a relay that holds every request for a
 second, so whenever it is frozen (SIGSTOP) it is in the middle of a copy. It stays frozen past
 the group session; the second claims its metadata partitions and copies on; then the first
-resumes (SIGCONT), finishes its upload, and writes its COPY_SEGMENT_FINISHED, which every
-instance must ignore.
+resumes (SIGCONT) and finishes its upload. Its COPY_SEGMENT_FINISHED is then either written and
+ignored by every instance, or, if its replay has already seen the second's sweep of the segment,
+never written; either way it removes the upload and stops.
 """
 
 from __future__ import annotations
