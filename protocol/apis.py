@@ -27,6 +27,10 @@ class Api:
     def response(self) -> MessageSchema:
         return load_schema(self.name + "Response")
 
+    def has_schema(self, version: int) -> bool:
+        """Whether the proxy can decode this version's request and response."""
+        return version in self.request.valid and version in self.response.valid
+
     def request_codec(self, version: int) -> Codec:
         return codec(self.request.name, version)
 

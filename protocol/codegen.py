@@ -118,7 +118,8 @@ def _decode_value_lines(f: Field, target: str, gen: _Gen, indent: str, elem: boo
         lines.append("else:")
         lines.append(f"    if pos + {n} > len(buf): raise _PE('{f.kafka_name} claims %d bytes with %d left' % ({n}, len(buf) - pos))")
         if t == "string":
-            lines.append(f"    {target} = str(buf[pos:pos + {n}], 'utf-8'); pos += {n}")
+            # Kafka decodes strings with replacement characters, never refusing a message for them.
+            lines.append(f"    {target} = str(buf[pos:pos + {n}], 'utf-8', 'replace'); pos += {n}")
         elif t == "bytes":
             lines.append(f"    {target} = bytes(buf[pos:pos + {n}]); pos += {n}")
         else:

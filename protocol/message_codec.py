@@ -50,6 +50,11 @@ class Codec:
             raise ProtocolError(f"{self.schema.name} v{self.version} has {len(buf) - end} trailing bytes")
         return msg
 
+    def read_request(self, data: bytes | bytearray | memoryview) -> Message:
+        """A request read as Kafka's own request parsing reads it: the fields this version defines,
+        and nothing said about bytes after them (``AbstractRequest.parseRequest`` leaves them)."""
+        return self.decode(data, exact=False)
+
     def encode(self, msg: Message) -> bytes:
         return b"".join(self.encode_parts(msg))
 

@@ -105,9 +105,30 @@ def _build_fields(raw_fields: list[dict], common: dict[str, dict]) -> list[Field
     return fields
 
 
+# Kafka 4 removed the oldest versions of these APIs (KIP-896) by raising "validVersions" alone:
+# every field kept its version history in the files ("versions": "0+", "MaxNumOffsets": "0"), so
+# the same files still describe the versions Kafka 3.x brokers offer. API name -> the lowest
+# version Kafka 3.9 offers; each is checked field by field against kafka-python's hand-written
+# structs of those versions (tests/unit/test_removed_versions.py). Other APIs' removed versions
+# are relayed undecoded where a broker still offers them (proxy/server.py).
+VERSIONS_BEFORE_KAFKA_4 = {
+    "Produce": 0, "Fetch": 0, "ListOffsets": 0, "OffsetCommit": 0, "OffsetFetch": 0, "CreateTopics": 0,
+    "DeleteTopics": 0, "OffsetForLeaderEpoch": 0, "DescribeAcls": 0, "CreateAcls": 0, "DeleteAcls": 0,
+    "DescribeConfigs": 0, "DescribeLogDirs": 0,
+}
+
+
+def _valid_versions(message: str, kind: str, text: str | None) -> Versions:
+    valid = Versions.parse(text)
+    api_name = message.removesuffix("Request") if kind == "request" else message.removesuffix("Response")
+    low = VERSIONS_BEFORE_KAFKA_4.get(api_name) if kind in ("request", "response") else None
+    return Versions(low, valid.high) if low is not None and low < valid.low else valid
+
+
 @cache
 def json_schema(name: str) -> MessageSchema:
-    """One of Kafka's JSON message schemas as kafka-python ships it, e.g. "FetchResponse"."""
+    """One of Kafka's JSON message schemas as kafka-python ships it, e.g. "FetchResponse", with the
+    versions Kafka 4 removed from the file put back (:data:`VERSIONS_BEFORE_KAFKA_4`)."""
     path = _schema_dir() / f"{name}.json"
     try:
         raw = json.loads(_strip_comments(path.read_text()))
@@ -118,7 +139,7 @@ def json_schema(name: str) -> MessageSchema:
         name=raw["name"],
         api_key=raw.get("apiKey"),
         kind=raw["type"],
-        valid=Versions.parse(raw.get("validVersions")),
+        valid=_valid_versions(raw["name"], raw["type"], raw.get("validVersions")),
         flexible=Versions.parse(raw.get("flexibleVersions")),
         fields=_build_fields(raw["fields"], common),
     )

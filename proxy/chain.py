@@ -205,6 +205,9 @@ class Filter:
     version_overrides: dict[int, tuple[int, int]] = {}
     # API key -> highest version clients may use (below what the broker offers).
     version_caps: dict[int, int] = {}
+    # Whether the filter must decode its APIs' messages: then they are offered only at versions
+    # the proxy has a schema for. A filter that only checks what it can read says False.
+    decodes = True
 
     async def on_request(self, ctx: RequestContext) -> Answer | None:
         return None

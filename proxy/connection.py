@@ -107,10 +107,13 @@ class Pending:
     ctx: RequestContext | None  # with response hooks: the filters that asked to see the answer
 
 
-def produce_acks(body: memoryview, flexible: bool) -> int:
-    """The acks field of a Produce request (v3+), read without decoding the records."""
+def produce_acks(body: memoryview, version: int, flexible: bool) -> int:
+    """The acks field of a Produce request, read without decoding the records (v3+ have a
+    transactional id before it)."""
     pos = 0
-    if flexible:
+    if version < 3:
+        pass
+    elif flexible:
         n, pos = read_uvarint(body, pos)
         pos += max(n - 1, 0)
     else:
@@ -232,21 +235,27 @@ class ClientConnection:
         self._unsent.add(slot)
         await self._slots_in.send(slot)
         spec = all_apis().get(api_key)
+        await self._ensure_upstream()
+        low_high = self.allowed.get(api_key)
         if spec is None:
-            raise ProtocolError(f"unknown API key {api_key} (correlation id {corr})")
+            if low_high is None:  # as Kafka does: a key nobody knows closes the connection
+                raise ProtocolError(f"unknown API key {api_key} (correlation id {corr})")
+            # A key the broker offers and the proxy does not know: the broker's to judge.
+            self._pending.append(Pending(corr, slot, None))
+            await self.upstream.write_frame(view)  # type: ignore[union-attr]
+            return
         if log.isEnabledFor(logging.DEBUG):  # which versions clients speak: tests/api_matrix.py
             log.debug("client %s sent %s v%d", self.peer, spec.name, version)
-        await self._ensure_upstream()
         if api_key == API_VERSIONS:
             slot.outcome = "local"
             slot.resolve(self._answer_api_versions(spec, version, corr))
             return
-        low_high = self.allowed.get(api_key)
         if low_high is None or not low_high[0] <= version <= low_high[1]:
             slot.outcome = "unsupported"
             slot.resolve(self._unsupported_version(spec, version, corr, low_high))
             return
-        filters = self.proxy.filters_for.get(api_key, ())
+        # A version without a schema is one only relaying filters see (negotiate_versions): relayed.
+        filters = self.proxy.filters_for.get(api_key, ()) if spec.has_schema(version) else ()
         out: bytes | memoryview = view  # what goes upstream
         hooked: RequestContext | None = None  # when filters asked to see the answer
         body_at = -1
@@ -254,7 +263,8 @@ class ClientConnection:
             header, body_at = decode_request_header(view, spec.request_header_version(version))
             codec = spec.request_codec(version)
             assert self.versions is not None
-            ctx = RequestContext(spec, version, corr, header, Message(view, body_at, codec.decode, codec.encode_parts),
+            ctx = RequestContext(spec, version, corr, header,
+                                 Message(view, body_at, codec.read_request, codec.encode_parts),
                                  self.node_id, self.peer, self.versions.ranges, held=slot.held)
             for f in filters:
                 answer = await f.on_request(ctx)
@@ -269,7 +279,7 @@ class ClientConnection:
         if api_key == PRODUCE:
             if body_at < 0:
                 body_at = decode_request_header(view, spec.request_header_version(version))[1]
-            if produce_acks(view[body_at:], spec.request.is_flexible(version)) == 0:
+            if produce_acks(view[body_at:], version, spec.request.is_flexible(version)) == 0:
                 slot.outcome = "no_response"
                 slot.resolve(None)
                 self._pending.append(Pending(corr, None, None))

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import trio
 
-from protocol.apis import METADATA, SASL_HANDSHAKE, all_apis
+from protocol.apis import API_VERSIONS, METADATA, SASL_HANDSHAKE, all_apis
 from proxy.byte_budget import ByteBudget
 from proxy.chain import CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
@@ -42,26 +42,31 @@ class Service(Protocol):
 
 
 def negotiate_versions(broker: dict[int, tuple[int, int]], caps: dict[int, int],
-                       overrides: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """The API versions clients may use: the schemas' range within the broker's (so never a version
-    the broker removed, KIP-896), below the chain's caps; ``overrides`` are APIs the chain
-    translates or answers itself, offered whatever the broker has."""
+                       overrides: dict[int, tuple[int, int]], read: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
+    """The API versions clients may use. An API the proxy only relays (no filter in ``read`` must
+    decode it) is offered at every version the broker offers, whether or not the proxy has its
+    schema: the broker is the judge of its own requests. An API a filter reads is offered at the
+    versions both the broker and the schemas have, below the chain's caps (never a version the
+    broker removed, KIP-896); ``overrides`` are APIs the chain translates or answers itself,
+    offered at those versions whatever the broker has (and at the broker's older ones). ApiVersions is answered by the proxy, at versions it can write."""
     allowed: dict[int, tuple[int, int]] = {}
-    for key, spec in all_apis().items():
-        if key in overrides:
-            allowed[key] = overrides[key]
-            continue
-        if key not in broker:
-            continue
-        lo_b, hi_b = broker[key]
-        lo, hi = max(spec.min_version, lo_b), min(spec.max_version, hi_b, caps.get(key, hi_b))
+    apis = all_apis()
+    for key, (lo_b, hi_b) in broker.items():
+        spec = apis.get(key)
+        lo, hi = lo_b, min(hi_b, caps.get(key, hi_b))
+        if spec is not None and (key in read or key == API_VERSIONS):
+            lo, hi = max(spec.min_version, lo), min(spec.max_version, hi)
         if key == SASL_HANDSHAKE:
             # v0 is followed by raw, unframed SASL tokens the proxy could not relay as
             # requests; every current client uses v1 (and Kafka 4 removed v0).
             lo = max(lo, 1)
         if lo <= hi:
             allowed[key] = (lo, hi)
-    return allowed
+    for key, (lo, hi) in overrides.items():
+        # Answered or translated by the chain at these versions; older ones the broker still
+        # offers pass through to it.
+        allowed[key] = (min(lo, allowed.get(key, (lo, hi))[0]), hi)
+    return dict(sorted(allowed.items()))
 
 
 class Proxy:
@@ -83,6 +88,8 @@ class Proxy:
         for f in self.chain:
             for key in f.apis & all_apis().keys():
                 self.filters_for[key] += (f,)
+        # APIs some filter must decode (the rest are relayed at whatever version the broker takes).
+        self.read_apis = frozenset(key for f in self.chain if f.decodes for key in f.apis & all_apis().keys())
         # Versions the chain answers itself, and caps below what the broker offers.
         self.version_overrides: dict[int, tuple[int, int]] = {}
         self.version_caps: dict[int, int] = {}
@@ -229,7 +236,7 @@ class Proxy:
 
     def negotiate(self, versions: BrokerVersions) -> dict[int, tuple[int, int]]:
         """The API versions clients may use: what both the proxy and this broker handle."""
-        return negotiate_versions(versions.ranges, self.version_caps, self.version_overrides)
+        return negotiate_versions(versions.ranges, self.version_caps, self.version_overrides, self.read_apis)
 
     async def refresh_metadata(self) -> None:
         conn, versions = await self.connect_upstream(None, own=True)

@@ -26,6 +26,8 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 
 from protocol.apis import API_VERSIONS, all_apis
 from proxy.embedded_broker import EmbeddedBroker, start_broker
+from proxy.filters.address_rewriting import AddressRewriting
+from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
 from proxy.server import negotiate_versions
@@ -37,6 +39,13 @@ BROKERS = ("noida", "tansu")
 RECORDED_KAFKA = (4, 2)
 Ranges = dict[int, tuple[int, int]]
 SENT = re.compile(r"client \S+ sent (\w+) v(\d+)")
+
+
+def offered_with_tiering(broker: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """What `tiered-proxy serve` (tiering on, as by default) offers in front of ``broker``."""
+    read = AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TopicAdmin.apis
+    return negotiate_versions(broker, TieredReads.version_caps,
+                              {**TieredReads.version_overrides, **TopicAdmin.version_overrides}, read)
 
 
 def api_versions(bootstrap: str) -> Ranges:
@@ -110,8 +119,7 @@ def main() -> None:
         finally:
             broker.stop()
     kafka = BROKER_API_VERSIONS[RECORDED_KAFKA]
-    on_kafka = negotiate_versions(kafka, TieredReads.version_caps,
-                                  {**TieredReads.version_overrides, **TopicAdmin.version_overrides})
+    on_kafka = offered_with_tiering(kafka)
     kafka_name = "kafka {}.{}".format(*RECORDED_KAFKA)
     schemas = {key: (api.min_version, api.max_version) for key, api in all_apis().items()}
     names = {key: api.name for key, api in all_apis().items()}

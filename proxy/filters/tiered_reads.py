@@ -191,6 +191,10 @@ class TieredReads(Filter):
 
     def on_fetch(self, ctx: RequestContext) -> None:
         version, request = ctx.version, ctx.request.body
+        if version < 4:
+            # Clients this old read message formats v0-v1 only, which the broker converts its own
+            # log to; the remote tier holds format v2 batches and the proxy does not convert them.
+            return
         replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
         if replica >= 0:
             return  # replication traffic is the brokers' business

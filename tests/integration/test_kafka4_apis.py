@@ -26,7 +26,7 @@ from protocol.headers import decode_request_header
 from protocol.records import Record, build_batch
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
-from proxy.server import negotiate_versions
+from tests.api_matrix import offered_with_tiering
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
 from tests.scripted_broker import ScriptedBroker
@@ -117,8 +117,7 @@ def test_the_proxy_offers_kafka_4_apis_the_broker_offers(kafka4):
         client.close()
     offered = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
     # (Tiering is on, as by default: ListOffsets is offered v1-v10 and translated, Fetch up to v18.)
-    assert offered == negotiate_versions(KAFKA_4_2, TieredReads.version_caps,
-                                         {**TieredReads.version_overrides, **TopicAdmin.version_overrides})
+    assert offered == offered_with_tiering(KAFKA_4_2)
     assert {key: offered[key] for key in (68, 69, 76, 77, 78, 79)} == {
         68: (0, 1), 69: (0, 1), 76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2)}
 

@@ -31,11 +31,12 @@ def test_api_versions_is_what_proxy_and_broker_both_support(upstream, proxy):
     for key, (lo, hi) in via_proxy.items():
         assert key in all_apis()
         assert lo >= all_apis()[key].min_version and hi <= all_apis()[key].max_version
+        # Translated by the proxy whatever the broker supports (older versions it has pass through).
         if key == LIST_OFFSETS:
-            assert (lo, hi) == (1, 10)  # translated by the proxy, whatever the broker supports
+            assert (lo, hi) == (min(1, broker[key][0]), 10)
             continue
-        if key == DESCRIBE_LOG_DIRS:
-            assert (lo, hi) == (1, 4)  # the proxy adds the remote tier's log dir, answering alone if need be
+        if key == DESCRIBE_LOG_DIRS:  # the proxy adds the remote tier's log dir, answering alone if need be
+            assert (lo, hi) == (min(1, broker.get(key, (1, 4))[0]), 4)
             continue
         assert key in broker
         assert lo >= broker[key][0] and hi <= broker[key][1]
