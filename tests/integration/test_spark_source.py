@@ -149,18 +149,21 @@ def test_backfill_command_writes_the_history_to_parquet(spark, history, tmp_path
         p: [r for r in records if r.offset < end[p]] for p, records in history.committed.items()}
 
 
-SPARK_KAFKA_JARS = "TIERED_PROXY_SPARK_KAFKA_JARS"
+SPARK_KAFKA_JARS = "TIERED_PROXY_SPARK_KAFKA_JARS"  # a folder of connector jars to use instead
 
 
-@pytest.mark.skipif(not os.environ.get(SPARK_KAFKA_JARS),
-                    reason=f"Spark's Kafka connector jars are on no registry this machine reaches; set {SPARK_KAFKA_JARS} "
-                           "to a folder holding spark-sql-kafka-0-10, spark-token-provider-kafka, kafka-clients and "
-                           "commons-pool2 jars matching the installed Spark (see README)")
 def test_sparks_own_kafka_source_reads_the_whole_history_through_the_proxy(history, tmp_path):
+    """Spark's own JVM Kafka source (the connector jars from Maven Central, tests/maven_jars.py)
+    reads the topic from ``earliest`` through the proxy, batch and streaming."""
     import subprocess
 
+    import pyspark
+
+    from tests.maven_jars import spark_kafka_connector
+
+    jars = os.environ.get(SPARK_KAFKA_JARS) or str(spark_kafka_connector(pyspark.__version__))
     job = Path(__file__).parent.parent / "spark_kafka_job.py"
-    done = subprocess.run([sys.executable, str(job), os.environ[SPARK_KAFKA_JARS], history.proxy.bootstrap,
+    done = subprocess.run([sys.executable, str(job), jars, history.proxy.bootstrap,
                            history.topic, str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
