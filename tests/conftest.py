@@ -10,6 +10,8 @@ import pytest
 
 from proxy.embedded_broker import KINDS, EmbeddedBroker, start_broker
 
+pytest_plugins = ["tests.kafka_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def _brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EmbeddedBroker]]:

@@ -11,6 +11,7 @@ others wait. Nothing fetched is ever written inside the repository.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -41,12 +42,18 @@ def fetch_jars(pom: Path, name: str, version: str, what: str, properties: Mappin
     home = cache_root() / name / version
     libs = home / "libs"
     marker = home / "complete"
-    if marker.exists() and libs.is_dir():
+    # The marker names the pom and properties it was fetched with: a changed pom fetches again.
+    stamp = f"pom-sha256 {hashlib.sha256(pom.read_bytes()).hexdigest()} {sorted(properties.items())}\n"
+
+    def cached() -> bool:
+        return libs.is_dir() and marker.exists() and marker.read_text().startswith(stamp)
+
+    if cached():
         return libs
     home.mkdir(parents=True, exist_ok=True)
     with open(home / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held until the with block closes the file
-        if marker.exists() and libs.is_dir():
+        if cached():
             return libs
         if shutil.which("java") is None:
             raise JarsUnavailable(f"no `java` on PATH: {what} needs a Java 17+ runtime "
@@ -76,7 +83,7 @@ def fetch_jars(pom: Path, name: str, version: str, what: str, properties: Mappin
         if libs.exists():
             shutil.rmtree(libs)
         partial.rename(libs)
-        marker.write_text("".join(f"{j.name}\n" for j in jars))
+        marker.write_text(stamp + "".join(f"{j.name}\n" for j in jars))
     return libs
 
 
