@@ -1,7 +1,9 @@
 """A tiered topic's whole history for the read tests (tiered reads, Spark): 300k messages (keys,
-headers, five codecs, ten transactions of which three aborted) in a 3-partition topic on a noida-db
-of its own, behind a proxy that has moved the broker's log start past more than half of each
-partition (local retention run by the proxy). The truth is the broker's own answer, read directly
+headers, five codecs, ten transactions of which three aborted) in a 3-partition topic on Apache
+Kafka, behind a proxy that has moved the broker's log start past more than half of each partition
+(local retention run by the proxy). The topic is created and filled on the broker as an operator
+would, and its tiering turned on through the proxy afterwards (Kafka without tiered storage of its
+own refuses ``remote.storage.enable`` itself). The truth is the broker's own answer, read directly
 before the proxy started and before anything left the broker."""
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.embedded_broker import EmbeddedBroker
+from tests.admin_clients import Admin
 from tests.clients import Record, read_to_end
+from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
-from tests.tiering_checks import create_tiered_topic, produce_mixed, wait_until
+from tests.tiering_checks import create_topic, produce_mixed, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.state import MetadataState
 
 MESSAGES = 300_000
 PARTITIONS = 3
+SEGMENT_BYTES = 256 * 1024
 
 
 @dataclass
 class History:
+    broker: KafkaCluster | EmbeddedBroker
     proxy: ProxyProcess
     topic: str
     committed: dict[int, list[Record]]  # what a read_committed consumer reads from the broker
@@ -47,12 +53,9 @@ class History:
 
 
 @contextmanager
-def tiered_history(broker: EmbeddedBroker, work: Path) -> Iterator[History]:
+def tiered_history(broker: KafkaCluster | EmbeddedBroker, work: Path) -> Iterator[History]:
     topic = f"history-{work.name}"
-    # Local retention keeps at least its bytes (Kafka's rule): one segment's worth stays well under
-    # half of a partition.
-    create_tiered_topic(broker.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024),
-                                                           "local.retention.bytes": str(256 * 1024)})
+    create_topic(broker.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(SEGMENT_BYTES)})
     workload = produce_mixed(broker.bootstrap, topic, MESSAGES, transactions=10, transaction_size=3000)
     assert workload.aborted_messages > 0
     committed = read_to_end(broker.bootstrap, topic, PARTITIONS)
@@ -65,6 +68,10 @@ def tiered_history(broker: EmbeddedBroker, work: Path) -> Iterator[History]:
                         "--set", "remote.log.manager.task.interval.ms=100",
                         "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
     try:
+        # Local retention keeps at least its bytes (Kafka's rule): one segment's worth stays well
+        # under half of a partition.
+        admin = Admin("confluent", proxy.bootstrap)
+        admin.set_configs(topic, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
         client = BrokerClient(broker.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
 
@@ -74,7 +81,7 @@ def tiered_history(broker: EmbeddedBroker, work: Path) -> Iterator[History]:
         # Wait until the brokers keep less than half of each partition.
         assert wait_until(lambda: all(s > len(everything[p]) // 2 for p, s in log_starts().items()), 120), \
             log_starts()
-        yield History(proxy, topic, committed, everything, log_starts(), work / "data" / "metadata" / JOURNAL_NAME,
+        yield History(broker, proxy, topic, committed, everything, log_starts(), work / "data" / "metadata" / JOURNAL_NAME,
                       work / "data", f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         proxy.stop()

@@ -20,7 +20,7 @@ DEFAULT_METADATA_TOPIC = "__remote_log_metadata"
 # TieringConfig for, and the tiering keys (remote.log.disable.policy defaults to retain). Only a
 # topic's own setting of one of these may override the proxy's default.
 PROXY_DEFAULTED_KEYS = frozenset({
-    "segment.bytes", "segment.ms", "index.interval.bytes", "retention.ms", "retention.bytes",
+    "segment.bytes", "internal.segment.bytes", "segment.ms", "index.interval.bytes", "retention.ms", "retention.bytes",
     "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
     "remote.log.retention.ms", "remote.log.retention.bytes", "remote.log.disable.policy",
 })
@@ -155,7 +155,10 @@ class TopicTiering:
         return cls(
             remote_storage_enable=_bool(c, "remote.storage.enable", defaults.tier_all_topics) or defaults.tier_all_topics,
             compacted="compact" in policy,
-            segment_bytes=_int(c, "segment.bytes", defaults.segment_bytes),
+            # Kafka 4 rolls a topic's segments at internal.segment.bytes where it is set (the one way
+            # below segment.bytes' 1 MiB minimum); the proxy rolls remote segments where Kafka
+            # rolls local ones.
+            segment_bytes=_int(c, "internal.segment.bytes", _int(c, "segment.bytes", defaults.segment_bytes)),
             segment_ms=_int(c, "segment.ms", defaults.segment_ms),
             index_interval_bytes=_int(c, "index.interval.bytes", defaults.index_interval_bytes),
             retention_ms=_int(c, "retention.ms", defaults.retention_ms),

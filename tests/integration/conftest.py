@@ -4,7 +4,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.embedded_broker import EmbeddedBroker, start_broker
 from tests.history import History, tiered_history
 from tests.proxy_process import ProxyProcess, start_proxy
 
@@ -29,14 +28,21 @@ def proxy(upstream, _proxies: dict[str, ProxyProcess], tmp_path_factory: pytest.
 
 
 @pytest.fixture(scope="session")
-def history_noida(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """The noida-db that holds the tiered history (see tests/history.py), shared by the read tests."""
-    broker = start_broker("noida", tmp_path_factory.mktemp("history-noida"))
-    yield broker
-    broker.stop()
+def history44(kafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    """The tiered history (tests/history.py) on Apache Kafka 4.4, shared by the read tests."""
+    with tiered_history(kafka, tmp_path_factory.mktemp("tiered-history")) as built:
+        yield built
 
 
 @pytest.fixture(scope="session")
-def history(history_noida: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
-    with tiered_history(history_noida, tmp_path_factory.mktemp("tiered-history")) as built:
+def history39(kafka39, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    """The same history on Apache Kafka 3.9, for the tiering core's read tests
+    (tests/integration/test_tiered_reads.py runs on both)."""
+    with tiered_history(kafka39, tmp_path_factory.mktemp("tiered-history-39")) as built:
         yield built
+
+
+@pytest.fixture(scope="session")
+def history(history44: History) -> History:
+    """The tiered history on the reference broker, Apache Kafka 4.4."""
+    return history44
