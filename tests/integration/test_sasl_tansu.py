@@ -6,7 +6,8 @@ SCRAM server side for real, but its only storage engine (dynostore) never stores
 every login ends with ``e=unknown-user``. Against it we can therefore prove the refusal paths on a
 real SCRAM server: the proxy's own login is refused with a clear line and no password anywhere,
 clients' SCRAM exchanges pass through the proxy to the broker, and a client is refused through
-the proxy exactly as directly. Successful logins are tested against tests/sasl_gateway.py.
+the proxy exactly as directly. Successful logins, re-authentication and authorization are tested
+against Apache Kafka 4.4's own SCRAM authenticator and StandardAuthorizer (test_sasl.py).
 """
 
 from __future__ import annotations

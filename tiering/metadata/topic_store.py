@@ -36,7 +36,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from protocol.errors import ProtocolError
 from tiering.client_security import ClientSecurity
@@ -126,12 +126,20 @@ class TopicMetadataStore(RemoteLogMetadataManager):
     def _ensure_topic(self, bootstrap_servers: str, replication_factor: int) -> None:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="tiered-proxy-rlmm", **self._tls)
         try:
+            refused: TopicAuthorizationFailedError | None = None
             try:
                 admin.create_topics([NewTopic(self.topic, self.partitions_count, replication_factor,
                                               topic_configs={"retention.ms": "-1", "cleanup.policy": "delete"})])
             except TopicAlreadyExistsError:
                 pass
+            except TopicAuthorizationFailedError as e:
+                # Kafka refuses CreateTopics to a principal without CREATE even for a topic that
+                # exists: a reader (the tools, Spark's driver) or a proxy whose operator created the
+                # topic for it uses the topic as it is.
+                refused = e
             described = admin.describe_topics([self.topic])
+            if refused is not None and (described[0].get("error_code") or not described[0]["partitions"]):
+                raise refused
             count = len(described[0]["partitions"])
             if count != self.partitions_count:
                 raise ValueError(f"metadata topic {self.topic} has {count} partitions; configured "
