@@ -65,6 +65,19 @@ def create_tiered_topic(bootstrap: str, topic: str, partitions: int = 3, **confi
                  **{"remote.storage.enable": "true", "segment.bytes": str(128 * 1024), "segment.ms": "1500", **configs})
 
 
+def mark_tiered(rlmm: RemoteLogMetadataManager, bootstrap: str, topic: str, **configs: str) -> None:
+    """Record ``remote.storage.enable=true`` for ``topic`` in a metadata store, as the proxy does
+    when an admin client sets it through the proxy: for tests that run the copier without a proxy
+    in front of a broker that refuses the key itself (Apache Kafka without its own tiered storage)."""
+    from tiering.config import TieringConfig
+    from tiering.topic_configs import transition
+
+    topic_id = BrokerClient(bootstrap).metadata([topic])[topic].topic_id
+    values = {"remote.storage.enable": "true", **configs}
+    rlmm.put_topic_tiering_state(transition(rlmm.topic_tiering_state(topic), topic, topic_id, values,
+                                            TieringConfig(), int(time.time() * 1000), enable_named=True))
+
+
 def produce_numbered(bootstrap: str, topic: str, start: int, count: int, partitions: int,
                      value_bytes: int = 150) -> None:
     """Messages ``start..start+count-1``: value ``v{i}-`` plus random bytes (so local retention

@@ -105,7 +105,8 @@ def test_the_copier_on_the_topic_store(upstream, names):
     """The remote log manager with the topic-based store instead of the journal."""
     from tests.tiering_checks import (
         check_contiguous,
-        create_tiered_topic,
+        create_topic,
+        mark_tiered,
         partitions_of,
         produce_mixed,
         remote_end,
@@ -117,12 +118,13 @@ def test_the_copier_on_the_topic_store(upstream, names):
 
     topic, tmp = names
     user_topic = f"{topic}-data"
-    create_tiered_topic(upstream.bootstrap, user_topic, partitions=2)
+    create_topic(upstream.bootstrap, user_topic, partitions=2, **{"segment.bytes": str(128 * 1024), "segment.ms": "1500"})
     produce_mixed(upstream.bootstrap, user_topic, 20_000, transactions=3, transaction_size=300)
     client = BrokerClient(upstream.bootstrap)
     tps = partitions_of(client, user_topic)
     storage = LocalFolderStorage(tmp / "remote")
     store = open_store(upstream, topic, tmp / "snapshots")
+    mark_tiered(store, upstream.bootstrap, user_topic)  # as an admin client through the proxy would
     manager = RemoteLogManager(upstream.bootstrap, storage, store, TieringConfig(task_interval_ms=200), tmp / "data")
     try:
         deadline = time.monotonic() + 60

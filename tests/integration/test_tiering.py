@@ -18,7 +18,9 @@ from tests.tiering_checks import (
     check_contiguous,
     check_segment,
     create_tiered_topic,
+    create_topic,
     direct_log,
+    mark_tiered,
     partitions_of,
     produce_mixed,
     remote_end,
@@ -75,10 +77,11 @@ def direct_log_end(client: BrokerClient, tp) -> int:
 
 
 def test_copier_tiers_everything_below_the_last_stable_offset(upstream, storage, tmp_path, unique_name):
-    create_tiered_topic(upstream.bootstrap, unique_name)
+    create_topic(upstream.bootstrap, unique_name, **{"segment.bytes": str(128 * 1024), "segment.ms": "1500"})
     workload = produce_mixed(upstream.bootstrap, unique_name, 200_000)
     client = BrokerClient(upstream.bootstrap)
     with FileMetadataStore(tmp_path / "metadata") as rlmm:
+        mark_tiered(rlmm, upstream.bootstrap, unique_name)
         manager = RemoteLogManager(upstream.bootstrap, storage, rlmm, FAST, tmp_path / "data")
         try:
             tier_until_caught_up(manager, client, unique_name)
@@ -145,11 +148,11 @@ def expected_files(storage: LocalFolderStorage, segments: list[RemoteLogSegmentM
 def test_kill_9_during_copies_then_restart(upstream, tmp_path, unique_name):
     """The proxy tiers 32 KiB segments continuously; kill -9 it mid-stream, plant an orphan as a
     killed copy leaves it, restart: contiguous, no overlap, no orphan metadata or objects."""
-    create_tiered_topic(upstream.bootstrap, unique_name, partitions=2, **{"segment.bytes": str(32 * 1024)})
-    produce_mixed(upstream.bootstrap, unique_name, 60_000, transactions=2, transaction_size=500)
     data_dir = tmp_path / "data"
     args = ("--data-dir", str(data_dir), "--set", "remote.log.manager.task.interval.ms=100")
     proxy = start_proxy(upstream.bootstrap, tmp_path / "proxy", *args)
+    create_tiered_topic(proxy.bootstrap, unique_name, partitions=2, **{"segment.bytes": str(32 * 1024)})
+    produce_mixed(upstream.bootstrap, unique_name, 60_000, transactions=2, transaction_size=500)
     journal = data_dir / "metadata" / JOURNAL_NAME
     client = BrokerClient(upstream.bootstrap)
     tps = partitions_of(client, unique_name)
