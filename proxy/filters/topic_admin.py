@@ -174,13 +174,26 @@ class TopicAdmin(Filter):
         ctx.on_response(rewrite)
         return None
 
-    async def _broker_topic_id(self, name: str) -> uuid.UUID:
-        try:
-            info = (await self._broker_call(lambda b: b.metadata([name]))).get(name)
-        except BrokerClientError as e:
-            log.warning("cannot read the id of new topic %s: %s", name, e)
-            info = None
-        return info.topic_id if info is not None else uuid.UUID(int=0)
+    async def _broker_topic_id(self, name: str, wait_s: float = 5.0) -> uuid.UUID:
+        """The new topic's id from Metadata. A broker learns a new topic from the controller a little
+        after CreateTopics is answered, so the broker asked may not list it yet (on a three-broker Kafka
+        4.4 every topic librdkafka created was missing at first, and was recorded with a zero id, which
+        the copier then took for another incarnation and switched tiering off): asked again until it
+        is listed, for at most ``wait_s``."""
+        deadline = trio.current_time() + wait_s
+        while True:
+            try:
+                info = (await self._broker_call(lambda b: b.metadata([name]))).get(name)
+            except BrokerClientError as e:
+                log.warning("cannot read the id of new topic %s: %s", name, e)
+                return uuid.UUID(int=0)
+            if info is not None:
+                return info.topic_id
+            if trio.current_time() >= deadline:
+                log.warning("new topic %s is not in the brokers' metadata after %.0f s: its id is unknown",
+                            name, wait_s)
+                return uuid.UUID(int=0)
+            await trio.sleep(0.05)
 
     def _created(self, name: str, broker_id: uuid.UUID, values: dict[str, str]) -> None:
         """A new topic: whatever the store still holds under its name is an older incarnation."""
