@@ -102,11 +102,11 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def remote_ports_of_process(pid: int | None = None) -> set[int]:
-    """Remote TCP ports of the established connections this process (or ``pid``) holds."""
+def connections_of_process(pid: int | None = None) -> set[tuple[int, int]]:
+    """(socket inode, remote TCP port) of the established connections this process (or ``pid``) holds."""
     pid = pid or os.getpid()
     mine = _socket_inodes(pid)
-    ports: set[int] = set()
+    found: set[tuple[int, int]] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -116,28 +116,37 @@ def remote_ports_of_process(pid: int | None = None) -> set[int]:
             cols = line.split()
             state, inode = cols[3], int(cols[9])
             if inode in mine and state == "01":  # ESTABLISHED
-                ports.add(int(cols[2].rsplit(":", 1)[1], 16))
-    return ports
+                found.add((inode, int(cols[2].rsplit(":", 1)[1], 16)))
+    return found
+
+
+def remote_ports_of_process(pid: int | None = None) -> set[int]:
+    """Remote TCP ports of the established connections this process (or ``pid``) holds."""
+    return {port for _, port in connections_of_process(pid)}
 
 
 class RemotePortSampler:
     """Records, every ``interval`` seconds in a background thread, which remote ports this process
-    holds TCP connections to. Used to prove clients only ever talk to the proxy."""
+    opens TCP connections to while it runs (connections held from before, e.g. a session fixture's
+    own client of a shared broker, are not the clients under test). Used to prove clients only
+    ever talk to the proxy."""
 
     def __init__(self, interval: float = 0.05) -> None:
         import threading
 
         self.interval = interval
         self.seen: set[int] = set()
+        self._before: set[int] = set()  # socket inodes open when sampling began
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.seen |= remote_ports_of_process()
+            self.seen |= {port for inode, port in connections_of_process() if inode not in self._before}
             self._stop.wait(self.interval)
 
     def __enter__(self) -> RemotePortSampler:
+        self._before = {inode for inode, _ in connections_of_process()}
         self._thread.start()
         return self
 

@@ -53,7 +53,7 @@ from protocol.remote_log_dir import (
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from tiering.broker_client import BrokerClient, BrokerClientError
-from tiering.model import TopicIdPartition, TopicTieringState
+from tiering.model import TieringState, TopicIdPartition, TopicTieringState
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.topic_configs import (
@@ -440,6 +440,13 @@ class TopicAdmin(Filter):
         for tp in lag:
             if (wanted is None or (tp.topic, tp.partition) in wanted) and tp not in by_topic.get(tp.topic, []):
                 by_topic.setdefault(tp.topic, []).append(tp)
+        # A topic whose tiering is being disabled or is off has no readable partitions (with the
+        # delete policy none at all): listed with none, so that its KIP-950 state still shows.
+        wanted_topics = None if wanted is None else {topic for topic, _ in wanted}
+        for name, state in metadata.topic_tiering_states().items():
+            if (not state.deleted and state.state in (TieringState.DISABLING, TieringState.DISABLED)
+                    and (wanted_topics is None or name in wanted_topics)):
+                by_topic.setdefault(name, [])
         topics = []
         total = 0
         for name, tps in sorted(by_topic.items()):

@@ -1,13 +1,14 @@
-"""Kafka 4's group and share-group APIs through the proxy (issue 16, items 2-4).
+"""Kafka 4's group and share-group APIs through the proxy, byte for byte (issue 16, items 2-4).
 
-No broker we can install offers ConsumerGroupHeartbeat (KIP-848) or the share-group APIs
-(KIP-932), so the proxy stands here in front of a scripted broker (`tests/scripted_broker.py`)
-that advertises Kafka 4.2's versions as kafka-python records them and answers from the tests'
-scripts; the proxy runs with its default configuration (tiering on, metadata in a local file). What this proves: the proxy offers these APIs exactly where the broker does, forwards
-requests unchanged, passes answers through with their records byte-equal and their KIP-951 leader
-endpoints re-addressed to the proxy. It cannot prove a real coordinator's behaviour behind them.
-On a real broker without KIP-848, a confluent-kafka consumer with ``group.protocol=consumer``
-fails the same way through the proxy as directly (`test_consumer_group_protocol_where_the_broker_lacks_it`).
+Apache Kafka 4.4's own coordinators behind the proxy are in test_kafka_clients.py (KIP-848 groups
+with librdkafka and the Java consumer, a share group with Kafka's console share consumer). Here
+the proxy stands in front of a scripted broker (`tests/scripted_broker.py`) that advertises Kafka
+4.2's versions as kafka-python records them and answers from the tests' scripts, which shows what
+a real coordinator cannot: that the proxy offers these APIs exactly where the broker does, forwards
+requests unchanged, and passes answers through with their records byte-equal and their KIP-951
+leader endpoints re-addressed to the proxy. On a broker without KIP-848 (Tansu), a
+confluent-kafka consumer with ``group.protocol=consumer`` fails the same way through the proxy as
+directly (`test_consumer_group_protocol_where_the_broker_lacks_it`).
 """
 
 from __future__ import annotations
