@@ -29,7 +29,9 @@ def proxy(upstream, _proxies: dict[str, ProxyProcess], tmp_path_factory: pytest.
 
 @pytest.fixture(scope="session")
 def history44(kafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
-    """The tiered history (tests/history.py) on Apache Kafka 4.4, shared by the read tests."""
+    """The tiered history (tests/history.py) on Apache Kafka 4.4, shared by the read tests. Its
+    tiering lives in its own proxy's metadata store; another proxy that trims it further
+    (``--tier-all-topics``) trims only what that proxy tiered itself, and the reads go through this one."""
     with tiered_history(kafka, tmp_path_factory.mktemp("tiered-history")) as built:
         yield built
 

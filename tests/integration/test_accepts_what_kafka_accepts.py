@@ -304,10 +304,39 @@ def test_a_topic_name_that_is_not_utf8_is_kafkas_to_judge(ground):
 
 
 
-def test_list_topics_on_the_pypi_brokers(upstream, proxy):
-    """confluent-kafka's list_topics() through the proxy on noida-db and Tansu too (it closed the
-    connection on librdkafka's Metadata placeholder before issue 24)."""
-    direct = _admin(upstream.bootstrap).list_topics(timeout=10)
-    proxied = _admin(proxy.bootstrap).list_topics(timeout=10)
-    assert set(proxied.topics) == set(direct.topics)
-    assert sorted(b.port for b in proxied.brokers.values()) == sorted(proxy.node_ports.values())
+@pytest.mark.parametrize("kind", ["noida", "tansu"])
+def test_list_topics_and_regex_subscription_on_the_pypi_brokers(kind, request, tmp_path, unique_name):
+    """confluent-kafka's list_topics() and a regex subscription through the proxy on noida-db and
+    Tansu too (list_topics closed the connection on librdkafka's Metadata placeholder before
+    issue 24)."""
+    broker = request.getfixturevalue(kind)
+    proxy = start_proxy(broker.bootstrap, tmp_path / "proxy")
+    try:
+        admin = _admin(proxy.bootstrap)
+        admin.create_topics([NewTopic(unique_name, 1, 1)])[unique_name].result(30)
+        deadline = time.monotonic() + 20
+        while unique_name not in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        direct = _admin(broker.bootstrap).list_topics(timeout=10)
+        proxied = admin.list_topics(timeout=10)
+        assert unique_name in proxied.topics and set(proxied.topics) == set(direct.topics)
+        assert sorted(b.port for b in proxied.brokers.values()) == sorted(proxy.node_ports.values())
+        producer = Producer({"bootstrap.servers": proxy.bootstrap})
+        for i in range(10):
+            producer.produce(unique_name, value=f"r{i}".encode())
+        assert producer.flush(20) == 0
+        consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique_name,
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+        try:
+            consumer.subscribe([f"^{unique_name[:6]}.*"])
+            got: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 10 and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None and msg.topic() == unique_name:
+                    got.append(msg.value())
+            assert sorted(got) == sorted(f"r{i}".encode() for i in range(10))
+        finally:
+            consumer.close()
+    finally:
+        proxy.stop()

@@ -75,15 +75,15 @@ def test_consumer_group_rebalance_commit_resume(upstream, proxy, client, unique_
                 break
         assert one.assignment() and two.assignment(), "the group never split its partitions over both members"
         assert one.assignment().isdisjoint(two.assignment())
-        values = sorted(v for _, _, v in one.seen + two.seen)
-        # A rebalance may hand a partition over before its first owner committed: at-least-once.
-        assert set(values) == {r.value for r in first}
         # The count above includes records read twice across the rebalance: drain both members
-        # until two quiet seconds, so each commits the end of the partitions it holds.
-        quiet, deadline = time.monotonic() + 2, time.monotonic() + 20
+        # until two quiet seconds, so that each has read (and commits) the end of its partitions.
+        quiet, deadline = time.monotonic() + 2, time.monotonic() + 30
         while time.monotonic() < min(quiet, deadline):
             if one.poll(0.3) + two.poll(0.3):
                 quiet = time.monotonic() + 2
+        values = sorted(v for _, _, v in one.seen + two.seen)
+        # A rebalance may hand a partition over before its first owner committed: at-least-once.
+        assert set(values) == {r.value for r in first}
         one.commit()
         two.commit()
         one.close()

@@ -174,9 +174,9 @@ def test_sparks_own_kafka_source_reads_the_whole_history_through_the_proxy(histo
 
 def test_split_segments_read_the_same_rows(spark, history):
     """maxRecordsPerPartition splits segments at offset index entries: more tasks, same rows."""
-    whole = load(spark, history, endingOffsets=json.dumps({history.topic: {"0": 40_000, "1": 40_000, "2": 40_000}}))
+    whole = load(spark, history, endingOffsets=json.dumps({history.topic: {"0": 30_000, "1": 30_000, "2": 30_000}}))
     split = load(spark, history, maxRecordsPerPartition="2000",
-                 endingOffsets=json.dumps({history.topic: {"0": 40_000, "1": 40_000, "2": 40_000}}))
+                 endingOffsets=json.dumps({history.topic: {"0": 30_000, "1": 30_000, "2": 30_000}}))
     assert split.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
     assert by_partition(split.collect()) == by_partition(whole.collect())
 
