@@ -26,6 +26,9 @@ from tiering.metadata.state import MetadataState
 MESSAGES = 150_000
 PARTITIONS = 3
 SEGMENT_BYTES = 256 * 1024
+# The broker keeps at least this much of each partition (Kafka's rule, run by the proxy): well under
+# half of one, compressed.
+LOCAL_RETENTION_BYTES = 64 * 1024
 
 
 @dataclass
@@ -68,10 +71,8 @@ def tiered_history(broker: KafkaCluster | EmbeddedBroker, work: Path) -> Iterato
                         "--set", "remote.log.manager.task.interval.ms=100",
                         "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
     try:
-        # Local retention keeps at least its bytes (Kafka's rule): one segment's worth stays well
-        # under half of a partition.
         admin = Admin("confluent", proxy.bootstrap)
-        admin.set_configs(topic, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
+        admin.set_configs(topic, {"remote.storage.enable": "true", "local.retention.bytes": str(LOCAL_RETENTION_BYTES)})
         client = BrokerClient(broker.bootstrap)
         leader = client.metadata([topic])[topic].partitions[0].leader
 
