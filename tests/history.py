@@ -19,7 +19,7 @@ from tests.clients import Record, read_to_end
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.tiering_checks import create_topic, produce_mixed, wait_until
-from tiering.broker_client import EARLIEST, BrokerClient
+from tiering.broker_client import EARLIEST, LATEST, BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.state import MetadataState
 
@@ -63,7 +63,12 @@ def tiered_history(broker: KafkaCluster | EmbeddedBroker, work: Path) -> Iterato
     assert workload.aborted_messages > 0
     committed = read_to_end(broker.bootstrap, topic, PARTITIONS)
     everything = read_to_end(broker.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
-    assert sum(map(len, everything.values())) == MESSAGES
+    client = BrokerClient(broker.bootstrap)
+    leader = client.metadata([topic])[topic].partitions[0].leader
+    ends = {p: (client.list_offset(leader, topic, p, EARLIEST)[1], client.list_offset(leader, topic, p, LATEST)[1])
+            for p in range(PARTITIONS)}
+    assert sum(map(len, everything.values())) == MESSAGES, (
+        {p: len(v) for p, v in everything.items()}, ends, workload)
     assert sum(map(len, committed.values())) == MESSAGES - workload.aborted_messages
 
     metrics_port = free_port()
