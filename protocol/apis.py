@@ -27,6 +27,7 @@ class Api:
     def response(self) -> MessageSchema:
         return load_schema(self.name + "Response")
 
+    @cache  # noqa: B019 - asked for every request; Api values live as long as the process
     def has_schema(self, version: int) -> bool:
         """Whether the proxy can decode this version's request and response."""
         return version in self.request.valid and version in self.response.valid

@@ -120,8 +120,9 @@ VERSIONS_BEFORE_KAFKA_4 = {
 
 def _valid_versions(message: str, kind: str, text: str | None) -> Versions:
     valid = Versions.parse(text)
-    api_name = message.removesuffix("Request") if kind == "request" else message.removesuffix("Response")
-    low = VERSIONS_BEFORE_KAFKA_4.get(api_name) if kind in ("request", "response") else None
+    if kind not in ("request", "response"):
+        return valid
+    low = VERSIONS_BEFORE_KAFKA_4.get(message.removesuffix(kind.title()))
     return Versions(low, valid.high) if low is not None and low < valid.low else valid
 
 

@@ -111,12 +111,10 @@ def produce_acks(body: memoryview, version: int, flexible: bool) -> int:
     """The acks field of a Produce request, read without decoding the records (v3+ have a
     transactional id before it)."""
     pos = 0
-    if version < 3:
-        pass
-    elif flexible:
+    if version >= 3 and flexible:
         n, pos = read_uvarint(body, pos)
         pos += max(n - 1, 0)
-    else:
+    elif version >= 3:
         if len(body) < 2:
             raise ProtocolError("truncated Produce request")
         (n,) = _I16.unpack_from(body, 0)

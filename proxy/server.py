@@ -42,13 +42,15 @@ class Service(Protocol):
 
 
 def negotiate_versions(broker: dict[int, tuple[int, int]], caps: dict[int, int],
-                       overrides: dict[int, tuple[int, int]], read: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
-    """The API versions clients may use. An API the proxy only relays (no filter in ``read`` must
-    decode it) is offered at every version the broker offers, whether or not the proxy has its
-    schema: the broker is the judge of its own requests. An API a filter reads is offered at the
-    versions both the broker and the schemas have, below the chain's caps (never a version the
-    broker removed, KIP-896); ``overrides`` are APIs the chain translates or answers itself,
-    offered at those versions whatever the broker has (and at the broker's older ones). ApiVersions is answered by the proxy, at versions it can write."""
+                       overrides: dict[int, tuple[int, int]],
+                       read: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
+    """The API versions clients may use. An API the proxy only relays (not in ``read``, the APIs
+    some filter decodes) is offered at every version the broker offers, whether or not the proxy
+    has its schema: the broker is the judge of its own requests. An API a filter reads is offered
+    at the versions both the broker and the schemas have, below the chain's caps (never a version
+    the broker removed, KIP-896). ``overrides``: APIs the chain translates or answers itself,
+    offered at those versions whatever the broker has (and at the broker's older ones).
+    ApiVersions is answered by the proxy, at the versions it can write."""
     allowed: dict[int, tuple[int, int]] = {}
     apis = all_apis()
     for key, (lo_b, hi_b) in broker.items():

@@ -128,6 +128,28 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
 
 
+def _produce_then_read_by_regex(bootstrap: str, topic: str, partitions: int, count: int = 20) -> None:
+    """``count`` records produced to ``topic``, read back by a consumer that subscribes with a
+    regex matching it (``t-`` and the first hex digits of the unique name), all through ``bootstrap``."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
+    assert producer.flush(20) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 1000})
+    try:
+        consumer.subscribe([f"^{topic[:6]}.*"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and msg.topic() == topic:
+                got.append(msg.value())
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(count))
+    finally:
+        consumer.close()
+
+
 def test_confluent_kafka_admin_and_regex_subscription(ground, unique_name):
     """confluent-kafka (librdkafka) through the proxy as directly: list_topics() for all topics
     and for one, describe_cluster(), the topic admin calls our tests use, and a consumer that
@@ -148,23 +170,7 @@ def test_confluent_kafka_admin_and_regex_subscription(ground, unique_name):
     assert len(cluster.nodes) == len(direct.describe_cluster().result(10).nodes)
     assert all(node.port in proxy.node_ports.values() for node in cluster.nodes)
 
-    producer = Producer({"bootstrap.servers": proxy.bootstrap})
-    for i in range(20):
-        producer.produce(unique_name, value=f"v{i}".encode(), partition=i % 2)
-    assert producer.flush(20) == 0
-    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique_name,
-                         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
-    try:
-        consumer.subscribe([f"^{unique_name.split('-')[0]}-{unique_name.split('-')[1][:4]}.*"])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < 20 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None and msg.topic() == unique_name:
-                got.append(msg.value())
-        assert sorted(got) == sorted(f"v{i}".encode() for i in range(20))
-    finally:
-        consumer.close()
+    _produce_then_read_by_regex(proxy.bootstrap, unique_name, partitions=2)
     for future in proxied.delete_topics([unique_name]).values():
         future.result(30)
 
@@ -321,22 +327,6 @@ def test_list_topics_and_regex_subscription_on_the_pypi_brokers(kind, request, t
         proxied = admin.list_topics(timeout=10)
         assert unique_name in proxied.topics and set(proxied.topics) == set(direct.topics)
         assert sorted(b.port for b in proxied.brokers.values()) == sorted(proxy.node_ports.values())
-        producer = Producer({"bootstrap.servers": proxy.bootstrap})
-        for i in range(10):
-            producer.produce(unique_name, value=f"r{i}".encode())
-        assert producer.flush(20) == 0
-        consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique_name,
-                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-        try:
-            consumer.subscribe([f"^{unique_name[:6]}.*"])
-            got: list[bytes] = []
-            deadline = time.monotonic() + 60
-            while len(got) < 10 and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is not None and msg.error() is None and msg.topic() == unique_name:
-                    got.append(msg.value())
-            assert sorted(got) == sorted(f"r{i}".encode() for i in range(10))
-        finally:
-            consumer.close()
+        _produce_then_read_by_regex(proxy.bootstrap, unique_name, partitions=1)
     finally:
         proxy.stop()
