@@ -120,14 +120,25 @@ def produce_mixed(bootstrap: str, topic: str, total: int, *, transactions: int =
         count = per_codec if n < len(COMPRESSIONS) - 1 else plain - per_codec * (len(COMPRESSIONS) - 1)
         producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
                              "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
-        for i in range(count):
-            key = f"k{(sent + i) % 1000}".encode()
-            value = f"{codec}-{sent + i}-".encode() * 4
-            producer.produce(topic, value=value, key=key, partition=(sent + i) % partitions,
-                             headers=[("h", str(i).encode())] if i % 7 == 0 else None)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        assert producer.flush(120) == 0
+        failed: list[tuple] = []  # flush() counts what is queued, not what the broker refused
+
+        def sent_or_not(error, message, failed=failed) -> None:  # noqa: ANN001
+            if error is not None:
+                failed.append((message.value(), message.key(), message.partition(), message.headers(), error))
+
+        pending = [(f"{codec}-{sent + i}-".encode() * 4, f"k{(sent + i) % 1000}".encode(), (sent + i) % partitions,
+                    [("h", str(i).encode())] if i % 7 == 0 else None, None) for i in range(count)]
+        for _ in range(3):  # a fresh broker may refuse a first batch (a partition without a leader yet)
+            for n, (value, key, partition, headers, _error) in enumerate(pending):
+                producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                                 on_delivery=sent_or_not)
+                if n % 10_000 == 0:
+                    producer.poll(0)
+            assert producer.flush(120) == 0
+            pending, failed[:] = list(failed), []
+            if not pending:
+                break
+        assert not pending, f"{len(pending)} records refused, e.g. {pending[0][4]}"
         sent += count
     aborted_transactions = aborted_messages = 0
     if transactional:
