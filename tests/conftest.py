@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -73,3 +74,37 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     process for ever after its last test (seen once in CI). Its logger says nothing from here on."""
     # A level, not ``disabled``: it reaches py4j.clientserver and the other child loggers.
     logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+
+
+# pytest-xdist (two workers, ``--dist loadgroup`` in pyproject.toml): each worker starts its own
+# session brokers, so a test file runs on one worker, and the files that read the tiered history
+# (tests/history.py, a minute to build) share one group, scheduled first as the longest.
+HISTORY_FIXTURES = {"history", "history44", "history39"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group into the node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            reads_history = not HISTORY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+            item.add_marker(pytest.mark.xdist_group("history" if reads_history else item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "history")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fetch the jars once, in the process that owns the terminal, before xdist's workers start
+    (a worker's stderr is not shown, and its one progress line would be lost)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not any("integration" in str(arg) for arg in config.args):
+        return
+    from tests.kafka_cluster import DEFAULT_VERSION, KAFKA_39, kafka_libs
+    from tests.maven_jars import JarsUnavailable, spark_kafka_connector
+
+    try:
+        for version in (DEFAULT_VERSION, KAFKA_39):
+            kafka_libs(version)
+        import pyspark
+
+        spark_kafka_connector(pyspark.__version__)
+    except (JarsUnavailable, ImportError) as e:  # the fixtures fail with it, test by test
+        print(f"cannot fetch the test jars: {e}", file=sys.stderr, flush=True)

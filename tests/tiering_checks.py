@@ -118,8 +118,11 @@ def produce_mixed(bootstrap: str, topic: str, total: int, *, transactions: int =
     sent = 0
     for n, codec in enumerate(COMPRESSIONS):
         count = per_codec if n < len(COMPRESSIONS) - 1 else plain - per_codec * (len(COMPRESSIONS) - 1)
+        # 16 KiB batches: Kafka refuses a batch larger than the topic's segment (RECORD_LIST_TOO_LARGE),
+        # and the tiering tests' segments are as small as 32 KiB.
         producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
-                             "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
+                             "batch.size": 16384, "queue.buffering.max.messages": 1_000_000,
+                             "enable.idempotence": False})
         failed: list[tuple] = []  # flush() counts what is queued, not what the broker refused
 
         def sent_or_not(error, message, failed=failed) -> None:  # noqa: ANN001
@@ -143,7 +146,7 @@ def produce_mixed(bootstrap: str, topic: str, total: int, *, transactions: int =
     aborted_transactions = aborted_messages = 0
     if transactional:
         producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}", "linger.ms": 5,
-                             "compression.type": "lz4"})
+                             "compression.type": "lz4", "batch.size": 16384})
         producer.init_transactions(30)
         size = transactional // transactions
         for t in range(transactions):
