@@ -1,5 +1,5 @@
-"""The ``remote-preferred`` routing policy on Tansu (which keeps its whole log, so without the
-policy every read would come from the broker): what the proxy serves from the remote tier equals
+"""The ``remote-preferred`` routing policy on Apache Kafka 4.4 with the topic's whole log kept by the
+broker (no local retention set, so without the policy every read would come from the broker): what the proxy serves from the remote tier equals
 the broker's own batches byte for byte, and consumers read the whole history from it."""
 
 from __future__ import annotations
@@ -33,37 +33,36 @@ class Preferred:
 
 
 @pytest.fixture(scope="module")
-def preferred(tansu, tmp_path_factory) -> Iterator[Preferred]:
+def preferred(kafka, tmp_path_factory) -> Iterator[Preferred]:
     work = tmp_path_factory.mktemp("preferred")
     topic = f"preferred-{work.name}"
-    create_tiered_topic(tansu.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024), "segment.ms": "1000"})
-    produce_mixed(tansu.bootstrap, topic, 30_000, transactions=10, transaction_size=600)
-    everything = read_to_end(tansu.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
-    client = BrokerClient(tansu.bootstrap)
-    tps = partitions_of(client, topic)
     journal = work / "data" / "metadata" / JOURNAL_NAME
-    proxy = start_proxy(tansu.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
+    proxy = start_proxy(kafka.bootstrap, work / "proxy", "--data-dir", str(work / "data"),
                         "--set", "remote.log.manager.task.interval.ms=100",
                         "--set", "proxy.fetch.routing.policy=remote-preferred")
-
-    def remote_ends() -> dict[int, int]:
-        state = MetadataState()
-        for record in read_journal(journal.read_bytes())[0] if journal.exists() else []:
-            state.apply(record)
-        ends = {}
-        for tp in tps:
-            segments = state.finished(tp)
-            ends[tp.partition] = segments[-1].end_offset if segments else -1
-        return ends
-
     try:
+        # Tiered through the proxy (the broker refuses the key itself), filled on the broker.
+        create_tiered_topic(proxy.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024), "segment.ms": "1000"})
+        produce_mixed(kafka.bootstrap, topic, 30_000, transactions=10, transaction_size=600)
+        everything = read_to_end(kafka.bootstrap, topic, PARTITIONS, isolation="read_uncommitted")
+        tps = partitions_of(BrokerClient(kafka.bootstrap), topic)
+
+        def remote_ends() -> dict[int, int]:
+            state = MetadataState()
+            for record in read_journal(journal.read_bytes())[0] if journal.exists() else []:
+                state.apply(record)
+            ends = {}
+            for tp in tps:
+                segments = state.finished(tp)
+                ends[tp.partition] = segments[-1].end_offset if segments else -1
+            return ends
+
         # Everything but the open segment's tail is tiered once segment.ms has rolled it.
         last = {p: records[-1].offset for p, records in everything.items()}
         assert wait_until(lambda: all(end >= last[p] for p, end in remote_ends().items()), 90), remote_ends()
         yield Preferred(proxy, topic, everything, remote_ends())
     finally:
         proxy.stop()
-
 
 def _raw_batches(proxy: ProxyProcess, topic: str, partition: int, end: int, *, version: int = 12,
                  topic_id: bytes = b"") -> bytes:
@@ -96,8 +95,8 @@ def _raw_batches(proxy: ProxyProcess, topic: str, partition: int, end: int, *, v
     return bytes(out)
 
 
-def test_remote_batches_equal_the_brokers_own(preferred, tansu):
-    client = BrokerClient(tansu.bootstrap)
+def test_remote_batches_equal_the_brokers_own(preferred, kafka):
+    client = BrokerClient(kafka.bootstrap)
     for tp in partitions_of(client, preferred.topic):
         end = preferred.remote_ends[tp.partition]
         broker_bytes, _ = direct_log(client, tp)
@@ -109,10 +108,9 @@ def test_remote_batches_equal_the_brokers_own(preferred, tansu):
 
 
 @pytest.mark.parametrize("version", [13, 15, 16, 17])
-def test_fetch_by_topic_id_reads_the_same_batches(preferred, tansu, version):
-    """Fetch v13+ names topics by id (Tansu has real ids): the proxy finds the tiered partition by
-    it and answers as by name."""
-    client = BrokerClient(tansu.bootstrap)
+def test_fetch_by_topic_id_reads_the_same_batches(preferred, kafka, version):
+    """Fetch v13+ names topics by id: the proxy finds the tiered partition by it and answers as by name."""
+    client = BrokerClient(kafka.bootstrap)
     topic_id = client.metadata([preferred.topic])[preferred.topic].topic_id.bytes
     for partition in range(PARTITIONS):
         end = preferred.remote_ends[partition]
@@ -130,8 +128,7 @@ def test_consumers_read_the_history_from_the_remote_tier(preferred, client):
 
 
 def test_read_committed_gets_its_aborted_transactions_from_the_remote_tier(preferred):
-    """Tansu sends no aborted-transaction list, so a read_committed consumer reading from it sees
-    aborted records; from the remote tier's transaction index it does not."""
+    """The aborted transactions of a remote read come from the remote tier's transaction index."""
     want = {p: [r for r in records if not r.value.startswith(ABORTED_PREFIXES)]
             for p, records in preferred.everything.items()}
     got = consume_records("kafka-python", preferred.proxy.bootstrap, preferred.topic, PARTITIONS,
@@ -140,9 +137,9 @@ def test_read_committed_gets_its_aborted_transactions_from_the_remote_tier(prefe
 
 
 def test_the_broker_does_not_hold_a_fetch_the_remote_tier_answers(preferred):
-    """The proxy asks the broker at an offset no log has; Tansu answers that with "nothing there"
-    only after the Fetch's whole max_wait_ms, unless the proxy shortens it (a consumer then read
-    50 MB/s instead of 250, one wait per Fetch)."""
+    """The proxy asks the broker for what follows the remote answer; a broker holds a Fetch with
+    nothing new for its whole max_wait_ms, unless the proxy shortens it (on Tansu a consumer then
+    read 50 MB/s instead of 250, one wait per Fetch)."""
     (port,) = preferred.proxy.node_ports.values()
     client = RawClient(f"127.0.0.1:{port}")
     try:

@@ -1,6 +1,6 @@
 """Several proxies in front of one cluster share the topic-based metadata store and divide the
-copying with a consumer group over the metadata topic's partitions. On Tansu (noida-db's groups
-do not work with kafka-python's two-member rebalance, see tests/UPSTREAMS.md)."""
+copying with a consumer group over the metadata topic's partitions, on Apache Kafka 4.4 (the
+topic is tiered through the first proxy, as an operator would: the broker refuses the key)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _owned_metadata_partitions(log_text: str) -> set[int]:
     return {int(m) for m in assignments[-1].split(",")} if assignments else set()
 
 
-def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, unique_name):
+def test_two_proxies_divide_the_copying_and_one_takes_over(kafka, tmp_path, unique_name):
     topic = f"scale-{unique_name}"
     metadata = f"topic://rlmm-{unique_name}"
     common = ("--metadata", metadata, "--remote", f"file://{tmp_path / 'remote'}",
@@ -57,12 +57,12 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
               "--set", f"remote.log.manager.group.id=copiers-{unique_name}",
               "--set", "remote.log.manager.group.session.timeout.ms=6000",
               "--set", "remote.log.manager.task.interval.ms=200")
-    create_tiered_topic(tansu.bootstrap, topic, PARTITIONS)
-    first = start_proxy(tansu.bootstrap, tmp_path / "a", "--data-dir", str(tmp_path / "a-data"), *common)
-    second = start_proxy(tansu.bootstrap, tmp_path / "b", "--data-dir", str(tmp_path / "b-data"), *common)
-    client = BrokerClient(tansu.bootstrap)
+    first = start_proxy(kafka.bootstrap, tmp_path / "a", "--data-dir", str(tmp_path / "a-data"), *common)
+    create_tiered_topic(first.bootstrap, topic, PARTITIONS)
+    second = start_proxy(kafka.bootstrap, tmp_path / "b", "--data-dir", str(tmp_path / "b-data"), *common)
+    client = BrokerClient(kafka.bootstrap)
     tps = partitions_of(client, topic)
-    segments = _Segments(metadata, tansu.bootstrap)
+    segments = _Segments(metadata, kafka.bootstrap)
     try:
         def divided() -> bool:
             owned_a, owned_b = _owned_metadata_partitions(first.log_text()), _owned_metadata_partitions(second.log_text())
@@ -71,7 +71,7 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
 
         assert wait_until(divided, 30)  # both members in the group before there is anything to copy
         owned_a, owned_b = _owned_metadata_partitions(first.log_text()), _owned_metadata_partitions(second.log_text())
-        _produce(tansu.bootstrap, topic, 12_000, 0)
+        _produce(kafka.bootstrap, topic, 12_000, 0)
         wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}  # last offset below the LSO
         assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 90)
         # Each instance copies exactly the partitions whose metadata partition it owns. (Which
@@ -84,7 +84,7 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
 
         first.stop(signal.SIGKILL)  # its partitions move to the other after the session timeout
         time.sleep(1)
-        _produce(tansu.bootstrap, topic, 12_000, 12_000)
+        _produce(kafka.bootstrap, topic, 12_000, 12_000)
         wanted = {tp: direct_log(client, tp)[1] - 1 for tp in tps}
         assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 120)
         assert _copied_partitions(second.log_text(), topic) == set(range(PARTITIONS))
@@ -93,7 +93,7 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(tansu, tmp_path, uniq
         from tiering.metadata.topic_store import TopicMetadataStore
         from tiering.storage.local_folder import LocalFolderStorage
 
-        store = TopicMetadataStore(tansu.bootstrap, tmp_path / "check", topic=metadata.removeprefix("topic://"),
+        store = TopicMetadataStore(kafka.bootstrap, tmp_path / "check", topic=metadata.removeprefix("topic://"),
                                    partitions=METADATA_PARTITIONS)
         storage = LocalFolderStorage(tmp_path / "remote")
         try:

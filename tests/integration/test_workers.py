@@ -1,7 +1,7 @@
 """``proxy.workers=2`` through the real ``tiered-proxy serve``: two worker processes share the
 listening ports (SO_REUSEPORT), the kernel spreads connections over both, clients read a tiered
 topic's whole history from offset 0, a worker killed with -9 is replaced, and SIGTERM to the
-supervisor stops every worker. The metadata store is a topic on Tansu, as workers require."""
+supervisor stops every worker. The metadata store is a topic on Apache Kafka 4.4, as workers require."""
 
 from __future__ import annotations
 
@@ -64,18 +64,12 @@ class Workers:
 
 
 @pytest.fixture(scope="module")
-def workers(tansu, tmp_path_factory) -> Iterator[Workers]:
-    # Tansu: noida-db 0.2.3 can leave two members joining a group at the same moment waiting for
-    # the rebalance timeout (seen once in three starts). Tansu keeps its whole log, so the proxy
-    # serves the tiered range with remote-preferred routing.
-    broker = tansu
+def workers(kafka, tmp_path_factory) -> Iterator[Workers]:
+    # Kafka keeps the whole log (no local retention set), so the proxy serves the tiered range
+    # with remote-preferred routing.
+    broker = kafka
     work = tmp_path_factory.mktemp("workers")
     topic = f"workers-{work.name}"
-    create_tiered_topic(broker.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024), "segment.ms": "1000"})
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 16 * 1024})
-    for i in range(MESSAGES):
-        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") + bytes(300), partition=i % PARTITIONS)
-    assert producer.flush(30) == 0
     metrics_port = two_free_ports()
     proxy = start_proxy(broker.bootstrap, work / "proxy", "--metadata", f"topic://meta-{work.name}",
                         "--set", "proxy.workers=2", "--set", "remote.log.manager.task.interval.ms=100",
@@ -86,6 +80,12 @@ def workers(tansu, tmp_path_factory) -> Iterator[Workers]:
     state = Workers(proxy, topic, metrics_port)
     try:
         assert wait_until(lambda: state.listening() >= 2, 60), proxy.log_text()[-3000:]
+        # Tiered through the proxy, as an operator would (the broker refuses the key itself).
+        create_tiered_topic(proxy.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024), "segment.ms": "1000"})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 16 * 1024})
+        for i in range(MESSAGES):
+            producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") + bytes(300), partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
 
         def tiered_ends() -> dict[int, int]:
             ends = {p: -1 for p in range(PARTITIONS)}

@@ -2,8 +2,7 @@
 (issue 17): its late writes are fenced, it removes its upload, and the remote tier ends as if it
 had never stalled.
 
-Two proxies share a metadata topic on Tansu (kafka-python groups work there, tests/UPSTREAMS.md)
-and one S3 bucket (moto). The first reaches S3 through a relay that holds every request for a
+Two proxies share a metadata topic on Apache Kafka 4.4 and one S3 bucket (moto). The first reaches S3 through a relay that holds every request for a
 second, so whenever it is frozen (SIGSTOP) it is in the middle of a copy. It stays frozen past
 the group session; the second claims its metadata partitions and copies on; then the first
 resumes (SIGCONT) and finishes its upload. Its COPY_SEGMENT_FINISHED is then either written and
@@ -55,7 +54,7 @@ def _owned(log_text: str) -> set[int]:
     return owned
 
 
-def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(tansu, tmp_path, unique_name):
+def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, unique_name):
     topic = f"zombie-{unique_name}"
     metadata_topic = f"rlmm-{unique_name}"
     moto = MotoS3()
@@ -70,18 +69,18 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(tansu, tmp_path, un
               "--set", f"remote.log.manager.group.id=copiers-{unique_name}",
               "--set", f"remote.log.manager.group.session.timeout.ms={SESSION_MS}",
               "--set", "remote.log.manager.task.interval.ms=200", "--set", "proxy.copier.backoff.max.ms=1000")
-    create_tiered_topic(tansu.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024)})
     stop_producing = threading.Event()
-    producer = threading.Thread(target=_produce_until, args=(tansu.bootstrap, topic, stop_producing), daemon=True)
-    frozen = start_proxy(tansu.bootstrap, tmp_path / "frozen", "--data-dir", str(tmp_path / "frozen-data"), *common,
+    producer = threading.Thread(target=_produce_until, args=(kafka.bootstrap, topic, stop_producing), daemon=True)
+    frozen = start_proxy(kafka.bootstrap, tmp_path / "frozen", "--data-dir", str(tmp_path / "frozen-data"), *common,
                          "--remote", f"s3://{bucket}/t?endpoint_url={slow.endpoint}&region={REGION}")
     other = None
     try:
+        create_tiered_topic(frozen.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(256 * 1024)})
         producer.start()
         # The frozen-to-be owns every metadata partition until the other joins.
         assert wait_until(lambda: _owned(frozen.log_text()) == set(range(METADATA_PARTITIONS)), 60), \
             frozen.log_text()[-2000:]
-        other = start_proxy(tansu.bootstrap, tmp_path / "other", "--data-dir", str(tmp_path / "other-data"), *common,
+        other = start_proxy(kafka.bootstrap, tmp_path / "other", "--data-dir", str(tmp_path / "other-data"), *common,
                             "--remote", f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}")
         time.sleep(2)  # the first copying through its slow relay (the group may not have split yet)
         frozen.process.send_signal(signal.SIGSTOP)
@@ -98,9 +97,9 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(tansu, tmp_path, un
         producer.join(60)
         slow.mode = "pass"  # from here on, whoever owns what catches up quickly
 
-        client = BrokerClient(tansu.bootstrap)
+        client = BrokerClient(kafka.bootstrap)
         tps = partitions_of(client, topic)
-        store = TopicMetadataStore(tansu.bootstrap, tmp_path / "check", topic=metadata_topic,
+        store = TopicMetadataStore(kafka.bootstrap, tmp_path / "check", topic=metadata_topic,
                                    partitions=METADATA_PARTITIONS)
         storage = storage_from_uri(f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}", **{
             "remote.log.storage.s3.access.key.id": DUMMY_CREDENTIALS["aws_access_key_id"],
@@ -124,8 +123,7 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(tansu, tmp_path, un
             # replay here too, or, when its own replay had already seen the other's orphan sweep
             # of the segment, never written. Which one is a race after SIGCONT; both are fenced.
             assert store.records_fenced >= 1 or "was taken over during its copy" in frozen.log_text()
-            # No orphan: every object of the topic belongs to a live segment. (The proxies tier
-            # the other tests' tiered topics on the shared broker into the bucket too.)
+            # No orphan: every object of the topic belongs to a live segment.
             keys = [o["Key"] for page in s3_client(moto.endpoint).get_paginator("list_objects_v2").paginate(
                 Bucket=bucket, Prefix=f"t/{topic}-") for o in page.get("Contents", [])]
             assert keys
