@@ -293,6 +293,25 @@ class BrokerClient:
                         memoryview(records) if records is not None else memoryview(b""))
         raise BrokerClientError(f"fetch answer from broker {leader} lacks {topic}-{partition}")
 
+    def aborted_transactions_at(self, leader: int, topic: str, partition: int,
+                                offset: int) -> list[tuple[int, int]] | None:
+        """(producer id, first offset) of the aborted transactions a read_committed Fetch at
+        ``offset`` is told about, among them every aborted transaction that began below ``offset``
+        and ended at or after it (Kafka finds them in its own transaction indexes). None when the
+        broker cannot say yet: an open transaction begins at ``offset`` (nothing is stable there,
+        and Kafka then answers with an empty list). Empty when the broker holds nothing at
+        ``offset`` (past its end, or below its log start)."""
+        answer = self.fetch(leader, topic, partition, offset, max_bytes=1, read_committed=True, max_wait_ms=1)
+        if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return []
+        if answer.error_code != ErrorCode.NONE:
+            raise BrokerClientError(f"read_committed fetch of {topic}-{partition} at {offset}: "
+                                    f"{ErrorCode.from_code(answer.error_code).name}")
+        stable = answer.last_stable_offset if answer.last_stable_offset >= 0 else answer.high_watermark
+        if offset >= answer.high_watermark:
+            return []  # nothing at or after offset: no transaction can end there
+        return answer.aborted_transactions if stable > offset else None
+
     def list_offset(self, leader: int, topic: str, partition: int, timestamp: int,
                     read_committed: bool = False) -> tuple[int, int]:
         """(error code, offset) for EARLIEST (-2), LATEST (-1) or a timestamp."""

@@ -128,7 +128,8 @@ class TieredReads(Filter):
                                    _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
                                    chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 128 << 20),
                                    chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
-                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 2))
+                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 2),
+                                   local_aborted=tiering.manager.aborted_transactions_at)
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
         # place in the cache, so they are bounded apart from it.
@@ -334,7 +335,7 @@ class TieredReads(Filter):
                 p["records"] = result.records
                 if version >= 4:
                     p["aborted_transactions"] = [
-                        {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in result.aborted
+                        {"producer_id": pid, "first_offset": first} for pid, first in result.aborted
                     ] if read_committed else None
                 self.remote_fetches += 1
                 self.remote_fetch_bytes += result.size

@@ -155,6 +155,9 @@ class PartitionCopier:
         self.next_offset: int | None = None  # next offset to fetch; None until the first pass
         # producer id -> first offset of its open transaction, as seen in the log
         self.open_transactions: dict[int, int] = {}
+        # Whether the transactions that began below next_offset and are aborted above it are in
+        # open_transactions (learnt from the brokers whenever next_offset jumps: start, data loss).
+        self.transactions_seeded = False
         self.failures = 0
         self.backoff_until = 0.0
         self.log_start = -1  # the brokers' log start (Lx), as last seen
@@ -212,6 +215,7 @@ class PartitionCopier:
         return max(s.end_offset for s in segments) if segments else None
 
     def _start_position(self, client: BrokerClient) -> None:
+        self.transactions_seeded = False
         ry = self.remote_end()
         if ry is not None:
             self.next_offset = ry + 1
@@ -235,6 +239,8 @@ class PartitionCopier:
         assert self.next_offset is not None
         fetched = 0
         while fetched < PASS_BYTE_BUDGET and not self.stopped:
+            if not self.transactions_seeded and not self._seed_transactions(client):
+                break  # an open transaction begins at next_offset: nothing is stable to copy yet
             answer = client.fetch(self.leader, self.tp.topic, self.tp.partition, self.next_offset,
                                   max_bytes=self.fetch_max_bytes, read_committed=False)
             if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -260,6 +266,19 @@ class PartitionCopier:
             started = self.open.first_batch_timestamp
             if started >= 0 and now_ms() - started >= self.settings.segment_ms:
                 self._roll()
+
+    def _seed_transactions(self, client: BrokerClient) -> bool:
+        """Learn the aborted transactions that began below next_offset and end above it (their
+        marker then indexes them as this copier's own do); False while the brokers cannot say."""
+        assert self.next_offset is not None
+        aborted = client.aborted_transactions_at(self.leader, self.tp.topic, self.tp.partition, self.next_offset)
+        if aborted is None:
+            return False
+        for producer_id, first in aborted:
+            if first < self.next_offset:
+                self.open_transactions.setdefault(producer_id, first)
+        self.transactions_seeded = True
+        return True
 
     def _append(self, header: BatchHeader, batch: memoryview) -> None:
         if self.open is None:
@@ -365,6 +384,7 @@ class PartitionCopier:
             self._roll()  # what was fetched before the gap is still good
         self.next_offset = log_start
         self.open_transactions.clear()
+        self.transactions_seeded = False
 
     # --- deleting ---------------------------------------------------------------------------------
 

@@ -148,6 +148,17 @@ class RemoteLogManager:
                 self._clients.append(client)
         return client
 
+    def aborted_transactions_at(self, tp: TopicIdPartition, offset: int) -> list[tuple[int, int]] | None:
+        """The brokers' aborted transactions at ``offset`` (BrokerClient's ``aborted_transactions_at``),
+        for the remote reader's threads; None also when the brokers cannot be asked now."""
+        client = self._client()
+        try:
+            leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
+            return client.aborted_transactions_at(leader, tp.topic, tp.partition, offset)
+        except (BrokerClientError, OSError, KeyError) as exc:
+            log.warning("%s: cannot ask the brokers which transactions ended above the remote tier: %s", tp, exc)
+            return None
+
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
             with self._busy_lock:

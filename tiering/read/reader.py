@@ -5,12 +5,16 @@ the batch that holds ``offset``: the segment comes from the metadata store, the 
 from the segment's offset index (then a short forward scan over batch headers), and the bytes
 from ranged reads of the ``.log`` object. At least one batch is returned whatever ``max_bytes``
 says (as Kafka does), and a read that ends a segment inside its budget continues into the next.
-The aborted transactions a ``read_committed`` reader needs come from the transaction indexes.
+The aborted transactions a ``read_committed`` reader needs come from the transaction indexes, as
+Kafka's own remote reads find them: the remote tier's first, then the brokers' for a transaction
+that began below the remote end and whose abort marker the remote tier does not hold yet
+(``local_aborted``, asked once per remote end).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.record_batch import HEADER_SIZE, read_header
@@ -35,19 +39,27 @@ _SCAN_CHUNK = 64 * 1024
 class RemoteRead:
     records: RecordParts  # views of the chunk cache's chunks (or one read), spliced into the answer
     next_offset: int  # the offset after the last returned batch
-    aborted: list[AbortedTxn]
+    aborted: list[tuple[int, int]]  # (producer id, first offset), as a Fetch answer lists them
 
     @property
     def size(self) -> int:
         return self.records.nbytes
 
 
+# (partition, offset) -> the brokers' aborted transactions at ``offset`` (BrokerClient's
+# ``aborted_transactions_at``), or None while they cannot say.
+LocalAborted = Callable[[TopicIdPartition, int], "list[tuple[int, int]] | None"]
+
+
 class RemoteReader:
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                  index_cache_bytes: int = 1 << 30, chunk_cache_bytes: int = 0, chunk_bytes: int = 1 << 20,
-                 prefetch_threads: int = 2) -> None:
+                 prefetch_threads: int = 2, local_aborted: LocalAborted | None = None) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
+        self.local_aborted = local_aborted
+        # partition -> (remote end, the aborted transactions open across it)
+        self._across_end: dict[TopicIdPartition, tuple[int, list[tuple[int, int]]]] = {}
         self.indexes = IndexCache(index_cache_bytes)
         self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment) \
             if chunk_cache_bytes > 0 else None
@@ -168,16 +180,37 @@ class RemoteReader:
         whole, last = _whole_batches(pieces)
         return (_prefix(pieces, whole), last) if whole else None
 
-    def _aborted(self, tp: TopicIdPartition, start: int, upper: int) -> list[AbortedTxn]:
+    def _aborted(self, tp: TopicIdPartition, start: int, upper: int) -> list[tuple[int, int]]:
         """Aborted transactions overlapping [start, upper): their markers are at or after start,
-        possibly in later segments."""
+        in later segments or (not copied yet) only on the brokers."""
         found: list[AbortedTxn] = []
-        for segment in self.rlmm.copied_segments(tp):
+        segments = self.rlmm.copied_segments(tp)
+        for segment in segments:
             if segment.end_offset < start or segment.tx_index_empty:
                 continue
             index = self.indexes.get(self.rsm, segment, IndexType.TRANSACTION)
             found += aborted_in_range(index, start, upper - 1)
-        return found
+        pairs = [(t.producer_id, t.first_offset) for t in found]
+        if segments:
+            pairs += [(pid, first) for pid, first in self._across_remote_end(tp, segments[-1].end_offset)
+                      if first < upper and (pid, first) not in pairs]
+        return pairs
+
+    def _across_remote_end(self, tp: TopicIdPartition, remote_end: int) -> list[tuple[int, int]]:
+        """Aborted transactions that began at or below ``remote_end`` and ended above it: the
+        remote tier holds some of their records but not yet the abort marker, so no remote
+        transaction index lists them. The brokers' does; asked once per remote end."""
+        if self.local_aborted is None:
+            return []
+        known = self._across_end.get(tp)
+        if known is not None and known[0] == remote_end:
+            return known[1]
+        answer = self.local_aborted(tp, remote_end + 1)
+        if answer is None:
+            return []  # an open transaction begins right after the remote end: asked again next read
+        across = [(pid, first) for pid, first in answer if first <= remote_end]
+        self._across_end[tp] = (remote_end, across)
+        return across
 
     def aborted_before(self, tp: TopicIdPartition, offset: int) -> set[tuple[int, int]]:
         """(producer id, first offset) of the tiered aborted transactions whose abort marker is

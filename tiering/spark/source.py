@@ -34,6 +34,7 @@ Planning is deterministic for a given offset range, so replayed micro-batches re
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ from tiering.model import IndexType, RemoteLogSegmentMetadata
 from tiering.spark.rows import NO_END, AbortedTransactions, RowBuilder, batches_to_rows, spark_ddl
 from tiering.storage.api import RemoteResourceNotFoundError
 from tiering.storage.uri import storage_from_uri
+
+log = logging.getLogger(__name__)
 
 SOURCE_NAME = "tiered-kafka"
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
@@ -257,6 +260,8 @@ class _Planner:
                     floor = state.partitions[tp].log_start_offset
                     segments = [s for s in state.finished(tp) if s.end_offset >= max(start, floor) and s.start_offset < until]
                     aborted = self._aborted(rsm, segments) if self.options.read_committed else []
+                    if self.options.read_committed and segments:
+                        aborted += self._across_remote_end(topic, p, state.finished(tp)[-1].end_offset)
                     for segment in segments:
                         lo, hi = max(start, floor, segment.start_offset), min(until, segment.end_offset + 1)
                         overlapping = tuple(a for a in aborted if a[1] <= segment.end_offset and a[2] >= segment.start_offset)
@@ -287,6 +292,22 @@ class _Planner:
                 continue
             out += [(t.producer_id, t.first_offset, t.last_offset) for t in decode_transaction_index(index)]
         return out
+
+    def _across_remote_end(self, topic: str, partition: int, remote_end: int) -> list[tuple[int, int, int]]:
+        """Aborted transactions that began at or below the remote end and ended above it: the
+        remote tier holds some of their records but not the marker yet, so only the brokers'
+        transaction indexes list them."""
+        client = self.client()
+        try:
+            leader = client.metadata([topic])[topic].partitions[partition].leader
+            answer = client.aborted_transactions_at(leader, topic, partition, remote_end + 1)
+        finally:
+            client.close()
+        if answer is None:  # rare: an open transaction begins right after the remote end
+            log.warning("%s-%d: a transaction is open right after the remote end (%d); the brokers cannot "
+                        "say yet which transactions that began below it were aborted", topic, partition, remote_end)
+            return []
+        return [(pid, first, NO_END) for pid, first in answer if first <= remote_end]
 
     def _byte_ranges(self, rsm, segment: RemoteLogSegmentMetadata) -> list[tuple[int, int | None]]:  # noqa: ANN001
         limit_bytes = self.options.max_bytes_per_partition
