@@ -955,3 +955,35 @@ def start_cluster(shape: str, tmp_dir: Path, version: str = DEFAULT_VERSION,
     except KeyError:
         raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}") from None
     return start(tmp_dir, version, properties, **options)
+
+
+def create_acls(admin: Any, acls: list, timeout: float = 30.0) -> None:
+    """Create ``acls`` with a kafka-python admin client and wait until the broker lists them all:
+    they reach its authorizer through the controller's metadata a little after CreateAcls is
+    answered, and a request in between is refused (seen under load)."""
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+
+    created = admin.create_acls(acls)
+    assert not created["failed"], created
+    every = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                      ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY))
+
+    def key(acl: Any) -> tuple:
+        return (acl.principal, acl.operation, acl.permission_type, acl.resource_pattern)
+
+    wanted = {key(acl) for acl in acls}
+    deadline = time.monotonic() + timeout
+    while True:
+        listed, _error = admin.describe_acls(every)
+        if wanted <= {key(acl) for acl in listed}:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"ACLs not in effect after {timeout:.0f} s: {sorted(map(str, wanted))[:5]}")
+        time.sleep(0.2)

@@ -98,8 +98,10 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         self._tls = (security or ClientSecurity()).kafka_python_config()
         self._ensure_topic(bootstrap_servers, replication_factor)
         self._load_snapshots()
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0,
-                                       max_block_ms=int(write_timeout_s * 1000), **self._tls)
+        # Made on the first write: a store opened only to read (``describe``, ``segments``, Spark)
+        # then needs no write rights (kafka-python's producer asks for an idempotent producer id).
+        self._bootstrap_servers = bootstrap_servers
+        self._producer: KafkaProducer | None = None
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
                                        group_id=None, auto_offset_reset="earliest", **self._tls)
         assigned = [TopicPartition(topic, p) for p in range(partitions)]
@@ -301,6 +303,9 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                             headers: list[tuple[str, bytes]]) -> int:
         """Produce one record to ``partition``, wait until this instance's consumer has replayed
         it, and return its offset. Called with the lock held."""
+        if self._producer is None:
+            self._producer = KafkaProducer(bootstrap_servers=self._bootstrap_servers, acks="all", linger_ms=0,
+                                           max_block_ms=int(self.write_timeout_s * 1000), **self._tls)
         future = self._producer.send(self.topic, key=key, value=value, partition=partition, headers=headers)
         # Wait for the ack without holding the lock: the consumer thread needs it to apply.
         self._lock.release()
@@ -345,5 +350,6 @@ class TopicMetadataStore(RemoteLogMetadataManager):
         self._stop.set()
         self._thread.join(10)
         self.write_snapshots()
-        self._producer.close(5)
+        if self._producer is not None:
+            self._producer.close(5)
         self._consumer.close()
