@@ -84,11 +84,14 @@ HISTORY_FIXTURES = {"history", "history44", "history39"}
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group into the node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reads_history: set[str] = set()
     for item in items:
+        if not HISTORY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            reads_history.add(item.nodeid)
         if item.get_closest_marker("xdist_group") is None:
-            reads_history = not HISTORY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-            item.add_marker(pytest.mark.xdist_group("history" if reads_history else item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "history")
+            item.add_marker(pytest.mark.xdist_group("history" if item.nodeid in reads_history
+                                                    else item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.nodeid not in reads_history)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from protocol.control_records import ControlType, decode_control_record
@@ -79,9 +79,10 @@ def mark_tiered(rlmm: RemoteLogMetadataManager, bootstrap: str, topic: str, **co
 
 
 def produce_numbered(bootstrap: str, topic: str, start: int, count: int, partitions: int,
-                     value_bytes: int = 150) -> None:
+                     value_bytes: int = 150, client: Mapping[str, str] | None = None) -> None:
     """Messages ``start..start+count-1``: value ``v{i}-`` plus random bytes (so local retention
-    by bytes acts), round-robin over ``partitions``; see :func:`message_number`."""
+    by bytes acts), round-robin over ``partitions``; see :func:`message_number`. ``client``: more
+    producer settings (security)."""
     import random
 
     from confluent_kafka import Producer
@@ -90,13 +91,16 @@ def produce_numbered(bootstrap: str, topic: str, start: int, count: int, partiti
     # how fast the producer ran ahead (a 300 KiB batch is one 300 KiB segment, which local retention
     # by bytes then cannot split).
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
-                         "batch.size": 16384})
+                         "batch.size": 16384, **(client or {})})
+    refused: list[object] = []  # flush() counts what is queued, not what the broker refused
     for i in range(start, start + count):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(value_bytes),
-                         partition=i % partitions)
+                         partition=i % partitions,
+                         on_delivery=lambda error, _message: refused.append(error) if error is not None else None)
         if i % 5000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+    assert not refused, f"{len(refused)} records refused, e.g. {refused[0]}"
 
 
 def message_number(value: bytes) -> int:

@@ -123,7 +123,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -131,6 +130,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from protocol.apis import FETCH
 from protocol.record_set import iter_batches
 from proxy.embedded_broker import start_broker
+from tests.bench.process_hygiene import exit_on_sigterm, stop_leftover_children
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
@@ -678,48 +678,6 @@ def print_summary(results: list[tuple[Tier, float, list[Variant]]]) -> None:
                     r = ratio(variants, label, reference, measure)
                     print(f"{tier.name:<16}{label:<31}{reference:<24}{measure:<10}{fmt(r, '.3f'):>7}"
                           f"{'>= ' + str(goal):>8}  {verdict(variants, label, reference, goal, measure)}")
-
-
-# --- process hygiene ---------------------------------------------------------------------------
-
-
-def running_children() -> list[int]:
-    """PIDs of this process's children that have not exited (Linux /proc)."""
-    me, children = os.getpid(), []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:  # gone meanwhile
-            continue
-        if int(ppid) == me and state != "Z":
-            children.append(int(stat.parent.name))
-    return children
-
-
-def stop_leftover_children(timeout: float = 10) -> None:
-    """Stops every child process of this one still running (e.g. a proxy whose start Ctrl-C cut
-    short), by PID: its process group if it leads one (the proxies and the broker do), else
-    itself; SIGTERM, then SIGKILL after ``timeout``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        children = running_children()
-        if not children:
-            return
-        print(f"stopping leftover child processes {children} ({sig.name})", file=sys.stderr)
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, sig)
-                else:
-                    os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while running_children() and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
-def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM ends the bench like Ctrl-C: through the cleanup of every ``finally``."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
 
 
 # --- main --------------------------------------------------------------------------------------

@@ -74,12 +74,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from protocol.apis import LIST_OFFSETS
+from tests.bench.process_hygiene import exit_on_sigterm, stop_leftover_children
 from tests.kafka_cluster import KafkaCluster, start_native_tiered, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tiering.broker_client import BrokerClient
@@ -577,15 +577,12 @@ def main() -> None:
                         "minimum is 1)")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the brokers' and proxies' folders")
     args = parser.parse_args()
-
-    def interrupted(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-native-"))
     try:
         run(args, work)
     finally:
+        stop_leftover_children()
         if args.keep_work_dir:
             print(f"working folder kept: {work}")
         else:

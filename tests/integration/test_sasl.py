@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kafka_cluster import SECURE_USERS, KafkaCluster, create_acls, start_secure
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
-from tests.tiering_checks import wait_until
+from tests.tiering_checks import produce_numbered, wait_until
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
 from tiering.client_security import ClientSecurity
 from tiering.copy.ownership import DEFAULT_GROUP_ID as OWNERSHIP_GROUP
@@ -203,21 +203,10 @@ def _prepare(kafka: KafkaCluster, topic: str, untiered: str) -> None:
 
 
 def _produce(kafka: KafkaCluster, topic: str, count: int, partitions: int) -> None:
-    """``count`` messages (value ``v{i}-`` and 150 random bytes) round-robin, as the admin user."""
-    import random
-
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": kafka.bootstraps["SASL_PLAINTEXT"], "security.protocol": "SASL_PLAINTEXT",
-                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
-                         "sasl.password": kafka.users["admin"], "linger.ms": 5, "compression.type": "lz4",
-                         "batch.size": 16384})
-    for i in range(count):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(150),
-                         partition=i % partitions)
-        if i % 5000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    """``count`` numbered messages (tests/tiering_checks.py) round-robin, as the admin user."""
+    produce_numbered(kafka.bootstraps["SASL_PLAINTEXT"], topic, 0, count, partitions, client={
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+        "sasl.password": kafka.users["admin"]})
 
 
 def _tier_through_the_proxy(kafka: KafkaCluster, proxy: ProxyProcess, topic: str) -> None:
@@ -446,12 +435,7 @@ def test_kafka_itself_refuses_the_tiering_key_the_proxy_keeps(cluster: Cluster) 
         assert "Tiered Storage functionality is disabled in the broker" in answer["topic"][cluster.topic], answer
     finally:
         direct.close()
-    through = _admin(cluster.kafka, cluster.targets["plain"].bootstrap)
-    try:
-        configs = through.describe_configs([ConfigResource(ConfigResourceType.TOPIC, cluster.topic)],
-                                           config_filter="all")["topic"][cluster.topic]
-    finally:
-        through.close()
+    configs = _configs_through_the_proxy(cluster)
     assert configs["remote.storage.enable"]["value"] == "true"
     assert configs["local.retention.bytes"]["value"] == str(SEGMENT_BYTES)
 
@@ -581,13 +565,19 @@ def test_a_refused_principal_cannot_change_tiering(cluster: Cluster) -> None:
     finally:
         admin.close()
     assert TopicAuthorizationFailedError.__name__ in str(answer["topic"][cluster.topic]), answer
+    assert _configs_through_the_proxy(cluster)["local.retention.bytes"]["value"] == str(SEGMENT_BYTES)
+
+
+def _configs_through_the_proxy(cluster: Cluster) -> dict:
+    """The tiered topic's configs, every one, as the admin user reads them through the proxy."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
     admin = _admin(cluster.kafka, cluster.targets["plain"].bootstrap)
     try:
-        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, cluster.topic)],
-                                         config_filter="all")["topic"][cluster.topic]
+        return admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, cluster.topic)],
+                                      config_filter="all")["topic"][cluster.topic]
     finally:
         admin.close()
-    assert configs["local.retention.bytes"]["value"] == str(SEGMENT_BYTES)
 
 
 # -- our tools with their own credentials ------------------------------------------------------------

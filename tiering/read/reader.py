@@ -33,6 +33,9 @@ from tiering.storage.api import RemoteStorageManager
 # Bytes read past the indexed position in one go when looking for the batch holding an offset;
 # index entries are index.interval.bytes (4 KiB by default) apart, so one read usually suffices.
 _SCAN_CHUNK = 64 * 1024
+# How long a partition's reads go without asking the brokers again after they could not say
+# which transactions are open across the remote end.
+_ASK_AGAIN_S = 1.0
 
 
 @dataclass
@@ -58,8 +61,9 @@ class RemoteReader:
         self.rlmm = rlmm
         self.rsm = rsm
         self.local_aborted = local_aborted
-        # partition -> (remote end, the aborted transactions open across it)
-        self._across_end: dict[TopicIdPartition, tuple[int, list[tuple[int, int]]]] = {}
+        # partition -> (remote end, the aborted transactions open across it, when to ask again
+        # or None once the brokers have answered)
+        self._across_end: dict[TopicIdPartition, tuple[int, list[tuple[int, int]], float | None]] = {}
         self.indexes = IndexCache(index_cache_bytes)
         self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment) \
             if chunk_cache_bytes > 0 else None
@@ -203,13 +207,16 @@ class RemoteReader:
         if self.local_aborted is None:
             return []
         known = self._across_end.get(tp)
-        if known is not None and known[0] == remote_end:
+        if known is not None and known[0] == remote_end and (known[2] is None or time.monotonic() < known[2]):
             return known[1]
         answer = self.local_aborted(tp, remote_end + 1)
         if answer is None:
-            return []  # an open transaction begins right after the remote end: asked again next read
+            # The brokers cannot say yet (an open transaction begins right after the remote end)
+            # or did not answer: the remote indexes alone for a while, not a broker call per read.
+            self._across_end[tp] = (remote_end, [], time.monotonic() + _ASK_AGAIN_S)
+            return []
         across = [(pid, first) for pid, first in answer if first <= remote_end]
-        self._across_end[tp] = (remote_end, across)
+        self._across_end[tp] = (remote_end, across, None)
         return across
 
     def aborted_before(self, tp: TopicIdPartition, offset: int) -> set[tuple[int, int]]:

@@ -249,6 +249,7 @@ class _Planner:
         rsm = storage_from_uri(self.options.storage_uri, **self.options.storage_props) \
             if self.options.storage_uri and readable else None
         splits: list[InputPartition] = []
+        client: BrokerClient | None = None  # for read_committed: one for every partition
         try:
             for (topic, p), (start, until) in sorted(ranges.items()):
                 if start >= until:
@@ -261,7 +262,8 @@ class _Planner:
                     segments = [s for s in state.finished(tp) if s.end_offset >= max(start, floor) and s.start_offset < until]
                     aborted = self._aborted(rsm, segments) if self.options.read_committed else []
                     if self.options.read_committed and segments:
-                        aborted += self._across_remote_end(topic, p, state.finished(tp)[-1].end_offset)
+                        client = client or self.client()
+                        aborted += _across_remote_end(client, topic, p, state.finished(tp)[-1].end_offset)
                     for segment in segments:
                         lo, hi = max(start, floor, segment.start_offset), min(until, segment.end_offset + 1)
                         overlapping = tuple(a for a in aborted if a[1] <= segment.end_offset and a[2] >= segment.start_offset)
@@ -273,6 +275,8 @@ class _Planner:
         finally:
             if rsm is not None:
                 rsm.close()
+            if client is not None:
+                client.close()
         return splits
 
     def _metadata(self) -> MetadataState | None:
@@ -293,22 +297,6 @@ class _Planner:
             out += [(t.producer_id, t.first_offset, t.last_offset) for t in decode_transaction_index(index)]
         return out
 
-    def _across_remote_end(self, topic: str, partition: int, remote_end: int) -> list[tuple[int, int, int]]:
-        """Aborted transactions that began at or below the remote end and ended above it: the
-        remote tier holds some of their records but not the marker yet, so only the brokers'
-        transaction indexes list them."""
-        client = self.client()
-        try:
-            leader = client.metadata([topic])[topic].partitions[partition].leader
-            answer = client.aborted_transactions_at(leader, topic, partition, remote_end + 1)
-        finally:
-            client.close()
-        if answer is None:  # rare: an open transaction begins right after the remote end
-            log.warning("%s-%d: a transaction is open right after the remote end (%d); the brokers cannot "
-                        "say yet which transactions that began below it were aborted", topic, partition, remote_end)
-            return []
-        return [(pid, first, NO_END) for pid, first in answer if first <= remote_end]
-
     def _byte_ranges(self, rsm, segment: RemoteLogSegmentMetadata) -> list[tuple[int, int | None]]:  # noqa: ANN001
         limit_bytes = self.options.max_bytes_per_partition
         limit_records = self.options.max_records_per_partition
@@ -325,6 +313,19 @@ class _Planner:
                 cuts.append(entry.position)
                 first_offset = entry.offset
         return [(a, b) for a, b in zip(cuts, [*cuts[1:], None], strict=True)]
+
+
+def _across_remote_end(client: BrokerClient, topic: str, partition: int, remote_end: int) -> list[tuple[int, int, int]]:
+    """Aborted transactions that began at or below the remote end and ended above it: the remote
+    tier holds some of their records but not the marker yet, so only the brokers' transaction
+    indexes list them."""
+    leader = client.metadata([topic])[topic].partitions[partition].leader
+    answer = client.aborted_transactions_at(leader, topic, partition, remote_end + 1)
+    if answer is None:  # an open transaction begins right after the remote end
+        log.warning("%s-%d: a transaction is open right after the remote end (%d); the brokers cannot "
+                    "say yet which transactions that began below it were aborted", topic, partition, remote_end)
+        return []
+    return [(pid, first, NO_END) for pid, first in answer if first <= remote_end]
 
 
 def read_split(options: Options, split: InputPartition) -> Iterator:
