@@ -111,13 +111,10 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -130,7 +127,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from protocol.apis import FETCH
 from protocol.record_set import iter_batches
 from proxy.embedded_broker import start_broker
-from tests.bench.process_hygiene import exit_on_sigterm, stop_leftover_children
+from tests.bench.process_hygiene import run_in_work_dir
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.raw import RawClient
@@ -765,16 +762,7 @@ def main() -> None:
     parser.add_argument("--skip-s3", action="store_true", help="measure the local-folder tier only")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the /tmp folder (proxy logs)")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
-    work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
-    try:
-        run(args, work)
-    finally:
-        stop_leftover_children()
-        if args.keep_work_dir:
-            print(f"work dir kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    run_in_work_dir("bench-backfill-", args.keep_work_dir, lambda work: run(args, work))
 
 
 if __name__ == "__main__":

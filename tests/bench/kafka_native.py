@@ -64,10 +64,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import shutil
-import signal
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -79,7 +76,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from protocol.apis import LIST_OFFSETS
-from tests.bench.process_hygiene import exit_on_sigterm, stop_leftover_children
+from tests.bench.process_hygiene import run_in_work_dir
 from tests.kafka_cluster import KafkaCluster, start_native_tiered, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tiering.broker_client import BrokerClient
@@ -577,16 +574,7 @@ def main() -> None:
                         "minimum is 1)")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the brokers' and proxies' folders")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
-    work = Path(tempfile.mkdtemp(prefix="bench-kafka-native-"))
-    try:
-        run(args, work)
-    finally:
-        stop_leftover_children()
-        if args.keep_work_dir:
-            print(f"working folder kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    run_in_work_dir("bench-kafka-native-", args.keep_work_dir, lambda work: run(args, work))
 
 
 if __name__ == "__main__":

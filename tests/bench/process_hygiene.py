@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -49,3 +52,18 @@ def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM ends the bench like Ctrl-C: through the cleanup of every ``finally``."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
+
+
+def run_in_work_dir(prefix: str, keep: bool, run: Callable[[Path], None]) -> None:
+    """``run`` in a new temporary folder, ended by SIGTERM as by Ctrl-C; then the children still
+    running are stopped and the folder removed (kept, and named, when ``keep``)."""
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        run(work)
+    finally:
+        stop_leftover_children()
+        if keep:
+            print(f"work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
