@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import struct
 
 import trio
@@ -12,6 +15,14 @@ _RECV_CHUNK = 256 * 1024
 # small copy) so a frame of many encoded fields is a handful of iovecs, never IOV_MAX.
 _BY_REFERENCE = 16 * 1024
 _MAX_IOVECS = 512
+# Relays between plain sockets go through a pipe of this size (Linux's default pipe-max-size);
+# splice is Linux's, elsewhere the relay copies through a buffer.
+_SPLICE = hasattr(os, "splice")
+_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIPE_BYTES = 1 << 20
+# A plain socket's calls that did not block between two turns of the event loop (_PlainSocket).
+_CALLS_PER_TURN = 16
 
 Frame = bytes | bytearray | memoryview | list  # a list: the frame's payload in pieces
 
@@ -29,8 +40,9 @@ class FrameStream:
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream, max_frame_bytes: int) -> None:
         self.stream = stream
-        # Plain TCP reads straight from the socket; TLS through the stream (which decrypts).
-        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else _StreamReader(stream)
+        # Plain TCP calls the socket directly; TLS goes through the stream (which en- and decrypts).
+        self._sock: _PlainSocket | _TlsStream = (
+            _PlainSocket(stream.socket) if isinstance(stream, trio.SocketStream) else _TlsStream(stream))
         self._buf = bytearray()
         self.max_frame_bytes = max_frame_bytes
         self.bytes_in = 0
@@ -63,9 +75,10 @@ class FrameStream:
         return bytes(buf[:n])
 
     async def relay_frame(self, to: FrameStream, chunk: bytearray) -> None:
-        """Stream the next frame (its size read by ``next_frame_size``) to ``to`` as it arrives,
-        through ``chunk``: the frame is never held whole. A peer that closes inside the frame
-        raises FrameError."""
+        """Stream the next frame (its size read by ``next_frame_size``) to ``to`` as it arrives: the
+        frame is never held whole. Between two plain TCP sockets it goes through a kernel pipe
+        (``splice``), never through user space; otherwise through ``chunk``. A peer that closes
+        inside the frame raises FrameError."""
         size = await self.next_frame_size()
         if size is None:
             raise FrameError("connection closed before a frame")
@@ -74,15 +87,22 @@ class FrameStream:
         self.bytes_in += total
         to.bytes_out += total
         head = min(len(buf), total)
-        await to.stream.send_all(bytes(buf[:head]))
+        await to._sock.send_all(bytes(buf[:head]))
         del buf[:head]
         left = total - head
+        if not left:
+            return
+        if _SPLICE and isinstance(self._sock, _PlainSocket) and isinstance(to._sock, _PlainSocket):
+            moved = await splice(self._sock, to._sock, left)
+            if moved < left:
+                raise FrameError(f"connection closed inside a frame ({total - left + moved - 4} of {size} bytes)")
+            return
         view = memoryview(chunk)
         while left:
             n = await self._sock.recv_into(view[:min(left, len(view))])
             if n == 0:
                 raise FrameError(f"connection closed inside a frame ({total - left - 4} of {size} bytes)")
-            await to.stream.send_all(view[:n])
+            await to._sock.send_all(view[:n])
             left -= n
 
     async def read_frame(self) -> bytearray | bytes | None:
@@ -115,10 +135,10 @@ class FrameStream:
             return
         self.bytes_out += 4 + len(payload)
         if len(payload) < 64 * 1024:
-            await self.stream.send_all(_SIZE.pack(len(payload)) + bytes(payload))
+            await self._sock.send_all(_SIZE.pack(len(payload)) + bytes(payload))
         else:
-            await self.stream.send_all(_SIZE.pack(len(payload)))
-            await self.stream.send_all(payload)
+            await self._sock.send_all(_SIZE.pack(len(payload)))
+            await self._sock.send_all(payload)
 
     async def _write_pieces(self, pieces: list) -> None:
         """A frame whose payload is given in pieces (record bytes as views of cached chunks):
@@ -127,10 +147,10 @@ class FrameStream:
         total = sum(len(p) for p in pieces)
         self.bytes_out += 4 + total
         buffers = _coalesce([_SIZE.pack(total), *pieces])
-        if not isinstance(self.stream, trio.SocketStream) or len(buffers) > _MAX_IOVECS:
-            await self.stream.send_all(b"".join(buffers))
+        sock = self._sock
+        if not isinstance(sock, _PlainSocket) or len(buffers) > _MAX_IOVECS:
+            await sock.send_all(b"".join(buffers))
             return
-        sock = self.stream.socket
         views = [memoryview(b).cast("B") for b in buffers]
         while views:
             sent = await sock.sendmsg(views)
@@ -143,15 +163,139 @@ class FrameStream:
     async def write_raw(self, data: bytes | bytearray | memoryview) -> None:
         """Send bytes that already carry their size prefix."""
         self.bytes_out += len(data)
-        await self.stream.send_all(data)
+        await self._sock.send_all(data)
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             await self.stream.aclose()
 
 
-class _StreamReader:
-    """``recv``/``recv_into`` over a trio stream that has no socket of its own (TLS)."""
+async def splice(source: _PlainSocket, target: _PlainSocket, count: int) -> int:
+    """Moves ``count`` bytes from ``source`` to ``target`` through a kernel pipe (Linux ``splice``):
+    no copy into user space, and the event loop is entered only when a socket would block (the
+    relay of a 256 KiB buffer cost a loop turn per piece read and per piece written, issue 26).
+    Returns the bytes moved: fewer than ``count`` only when ``source`` closed first."""
+    src, dst = source.fileno(), target.fileno()
+    pipe_out, pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(OSError):  # a smaller pipe (the user's pipe quota) still works
+            fcntl.fcntl(pipe_in, _F_SETPIPE_SZ, _PIPE_BYTES)
+        left, in_pipe = count, 0
+        while left or in_pipe:
+            progress = False
+            if left:
+                try:
+                    n = os.splice(src, pipe_in, left, flags=_SPLICE_FLAGS)
+                except BlockingIOError:
+                    pass
+                else:
+                    if n == 0:  # the source closed
+                        break
+                    left -= n
+                    in_pipe += n
+                    progress = True
+            if in_pipe:
+                try:
+                    n = os.splice(pipe_out, dst, in_pipe, flags=_SPLICE_FLAGS)
+                except BlockingIOError:
+                    pass
+                else:
+                    in_pipe -= n
+                    progress = True
+            if progress:
+                await source.ran()
+            elif in_pipe:  # what is in the pipe cannot go out: the target is full
+                await target.writable()
+            else:  # the pipe is empty, so the source had nothing
+                await source.readable()
+        while in_pipe:  # the source closed: what it sent before still goes out
+            try:
+                in_pipe -= os.splice(pipe_out, dst, in_pipe, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                await target.writable()
+        return count - left
+    finally:
+        os.close(pipe_out)
+        os.close(pipe_in)
+
+
+class _PlainSocket:
+    """A TCP socket called directly: each call tries the system call first and enters the event loop
+    only when it would block, where trio's socket methods take a turn of the loop on every call
+    (a Fetch relayed through the proxy took several; issue 26). A turn is still taken every
+    ``_CALLS_PER_TURN`` calls that did not block, so a busy connection lets the others run."""
+
+    __slots__ = ("socket", "_calls")
+
+    def __init__(self, sock: trio.socket.SocketType) -> None:
+        self.socket = sock
+        self._calls = 0
+
+    def fileno(self) -> int:
+        fd = self.socket.fileno()
+        if fd < 0:  # closed: its number may already belong to another socket
+            raise trio.ClosedResourceError("socket was closed")
+        return fd
+
+    async def ran(self) -> None:
+        """After a call that did not block: a turn of the event loop now and then."""
+        self._calls += 1
+        if self._calls >= _CALLS_PER_TURN:
+            self._calls = 0
+            await trio.lowlevel.checkpoint()
+
+    async def readable(self) -> None:
+        self._calls = 0
+        await trio.lowlevel.wait_readable(self.socket)
+
+    async def writable(self) -> None:
+        self._calls = 0
+        await trio.lowlevel.wait_writable(self.socket)
+
+    async def recv(self, size: int) -> bytes:
+        while True:
+            try:
+                data = os.read(self.fileno(), size)
+            except BlockingIOError:
+                await self.readable()
+                continue
+            await self.ran()
+            return data
+
+    async def recv_into(self, view: memoryview) -> int:
+        while True:
+            try:
+                n = os.readv(self.fileno(), [view])
+            except BlockingIOError:
+                await self.readable()
+                continue
+            await self.ran()
+            return n
+
+    async def sendmsg(self, buffers: list[memoryview]) -> int:
+        while True:
+            try:
+                n = os.writev(self.fileno(), buffers)
+            except BlockingIOError:
+                await self.writable()
+                continue
+            await self.ran()
+            return n
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            try:
+                n = os.write(self.fileno(), view)
+            except BlockingIOError:
+                await self.writable()
+                continue
+            view = view[n:]
+        await self.ran()
+
+
+class _TlsStream:
+    """The same calls over a TLS stream (trio's, which en- and decrypts)."""
 
     def __init__(self, stream: trio.SSLStream) -> None:
         self.stream = stream
@@ -163,6 +307,9 @@ class _StreamReader:
         chunk = await self.stream.receive_some(len(view))
         view[:len(chunk)] = chunk
         return len(chunk)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
 
 
 def frame_size_prefix(payload_len: int) -> bytes:
