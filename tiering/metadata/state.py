@@ -95,6 +95,7 @@ class MetadataState:
     def __init__(self) -> None:
         self.partitions: dict[TopicIdPartition, PartitionState] = {}
         self.topics: dict[str, TopicTieringState] = {}  # by topic name; deleted ones kept
+        self._readable: list[TopicIdPartition] | None = None  # until the next apply
 
     def partition(self, tp: TopicIdPartition) -> PartitionState:
         state = self.partitions.get(tp)
@@ -152,6 +153,7 @@ class MetadataState:
 
     def apply(self, record: RemoteLogMetadata) -> None:
         """Apply a persisted record. Lenient: replay must not stop on one odd record."""
+        self._readable = None
         if isinstance(record, RemoteLogSegmentMetadata):
             state = self.partition(record.topic_id_partition)
             state.segments[record.segment_id] = record
@@ -209,7 +211,14 @@ class MetadataState:
 
     def readable_partitions(self) -> list[TopicIdPartition]:
         """Partitions whose remote data clients may read: not being deleted, of the topic's
-        current incarnation (its id), and not disabled with the ``delete`` policy."""
+        current incarnation (its id), and not disabled with the ``delete`` policy. Asked on every
+        Fetch, so kept until the next record is applied: the same list, which callers must not
+        change (the proxy's Fetch filter keys its lookups by it)."""
+        if self._readable is None:
+            self._readable = self._find_readable()
+        return self._readable
+
+    def _find_readable(self) -> list[TopicIdPartition]:
         readable = []
         for tp, state in self.partitions.items():
             if state.delete_state is not None:
