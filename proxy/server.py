@@ -8,11 +8,27 @@ from __future__ import annotations
 import collections
 import logging
 import socket
+import time
 from typing import Protocol
 
 import trio
 
-from protocol.apis import API_VERSIONS, METADATA, SASL_HANDSHAKE, all_apis
+from protocol.apis import (
+    API_VERSIONS,
+    FETCH,
+    FIND_COORDINATOR,
+    INIT_PRODUCER_ID,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+    SASL_HANDSHAKE,
+    all_apis,
+    build_codecs,
+)
+from protocol.schema_model import Versions
 from proxy.byte_budget import ByteBudget
 from proxy.chain import CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
@@ -28,9 +44,20 @@ from proxy.upstream import (
     open_upstream,
     probe_api_versions,
 )
+from tiering.broker_client import PREFERRED_VERSIONS
 from tiering.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
+
+# What consumers and producers send first: their codecs are built before clients are served, at
+# the newest versions (librdkafka 2.x sends Fetch v16 and FindCoordinator v2 where the newest are 18 and 6).
+_FIRST_REQUESTS = frozenset({API_VERSIONS, METADATA, FIND_COORDINATOR, OFFSET_FETCH, OFFSET_COMMIT, LIST_OFFSETS,
+                             OFFSET_FOR_LEADER_EPOCH, FETCH, INIT_PRODUCER_ID, PRODUCE})
+_FIRST_VERSIONS = 7
+
+
+def _newest_versions(valid: Versions) -> range:
+    return range(max(valid.low, valid.high - _FIRST_VERSIONS + 1), valid.high + 1)
 
 
 class Service(Protocol):
@@ -84,6 +111,8 @@ class Proxy:
         self.listen_ports: dict[int | None, int] = {}  # node id (None: bootstrap) -> bound port
         self._listener_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
+        # Set once the filter chain has started: a client accepted before waits for it.
+        self._ready = trio.Event()
         self._observers: list[RequestObserver] = []
         # API key -> the filters that declare it, in chain order.
         self.filters_for: dict[int, tuple[Filter, ...]] = collections.defaultdict(tuple)
@@ -113,6 +142,8 @@ class Proxy:
     async def run(self, *, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            codecs_built = trio.Event()
+            nursery.start_soon(self._build_first_codecs, codecs_built)
             await self._start_listener(None, self.config.listen_port)
             try:
                 await self.refresh_metadata()
@@ -125,6 +156,8 @@ class Proxy:
                 service.start()
             for f in self.chain:
                 f.start(self)
+            await codecs_built.wait()
+            self._ready.set()
             log.info(
                 "proxy listening on %s:%d for upstream %s",
                 self.config.listen_host,
@@ -132,6 +165,21 @@ class Proxy:
                 ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers),
             )
             task_status.started(self)
+
+    async def _build_first_codecs(self, done: trio.Event) -> None:
+        """Builds, while the proxy starts, the codecs of the requests clients send first (the
+        newest versions of each, which clients take) and of the proxy's own broker calls. Codecs
+        are generated code: built during a first client's first Fetch they were a quarter of its
+        time to the first record from the remote tier (issue 26)."""
+        def build() -> int:
+            versions = [PREFERRED_VERSIONS, *({key: v} for key in sorted(_FIRST_REQUESTS)
+                                              for v in _newest_versions(all_apis()[key].request.valid))]
+            return sum(build_codecs(v) for v in versions)
+
+        started = time.perf_counter()
+        built = await trio.to_thread.run_sync(build)
+        log.debug("built %d codecs in %.0f ms", built, (time.perf_counter() - started) * 1000)
+        done.set()
 
     async def _stop_on_exit(self) -> None:
         try:
@@ -174,6 +222,7 @@ class Proxy:
         self.listen_ports[node_id] = listeners[0].socket.getsockname()[1]
 
         async def handle(stream: trio.SocketStream) -> None:
+            await self._ready.wait()  # a client that came early (after a restart, all at once)
             client: trio.SocketStream | trio.SSLStream = stream
             if self.tls is not None:
                 client = trio.SSLStream(stream, self.tls, server_side=True, https_compatible=True)

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 CLIENT_ID = "tiered-proxy-tiering"
 # The newest version of each API this client speaks: Fetch v12 still names topics (v13+ only by
 # id, and noida-db reports zero ids), Metadata v10+ carries topic ids.
-_PREFERRED = {FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, DESCRIBE_CONFIGS: 4, DELETE_RECORDS: 2}
+PREFERRED_VERSIONS = {FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, DESCRIBE_CONFIGS: 4, DELETE_RECORDS: 2}
 _TOPIC_RESOURCE = 2
 _LENGTH = struct.Struct(">i")
 
@@ -121,7 +121,7 @@ class _Connection:
 
     def version(self, api_key: int) -> int:
         low, high = self.versions.get(api_key, (0, -1))
-        chosen = min(high, _PREFERRED.get(api_key, high))
+        chosen = min(high, PREFERRED_VERSIONS.get(api_key, high))
         if chosen < low:
             raise BrokerClientError(f"broker {self.address} does not support {api(api_key).name}")
         return chosen
