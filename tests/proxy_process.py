@@ -60,10 +60,12 @@ class ProxyProcess:
 
 
 def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30,
-                scheme: str = "", node_ids: list[int] | None = None) -> ProxyProcess:
-    """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly."""
+                scheme: str = "", node_ids: list[int] | None = None, source: Path | None = None,
+                port: int | None = None) -> ProxyProcess:
+    """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly. ``source``:
+    run the proxy of another checkout (a benchmark's baseline) instead of this one."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     node_ports = {node: free_port() for node in (node_ids or broker_node_ids(upstream_bootstrap))}
     mapping = ",".join(f"{n}:{p}" for n, p in node_ports.items())
     log_path = work_dir / f"proxy-{port}.log"
@@ -76,8 +78,11 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
         *extra_args,
     ]
     log_file = open(log_path, "wb")  # noqa: SIM115 - the child keeps writing to it
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               env=env, cwd=source)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
