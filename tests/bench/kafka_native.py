@@ -47,7 +47,8 @@ What is measured, in this order:
    the last record, then the first-record latency once more ("after a read": a new consumer, the
    proxy or broker warm). Every proxy read is on a fresh proxy process
    (``remote.log.manager.task.interval.ms`` 60000: it copies nothing), so no read is served from an
-   earlier read's chunk cache; broker A keeps its caches, as a broker does.
+   earlier read's chunk cache; broker A keeps its caches, as a broker does. The proxy's resident
+   set is sampled every 20 ms over its round; the peak of each round is printed.
 3. ``--runs`` rounds of Kafka's Java consumer with its defaults (``ConsumerPerformance`` through
    ``cluster.run_tool("consumer-perf")``, a new group, from the earliest offset): (b) straight at broker
    A vs (c) through a fresh proxy; its ``fetch.MB.sec`` (MiB/s of payload, group join excluded).
@@ -77,6 +78,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from protocol.apis import LIST_OFFSETS
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.bench.wire_speed import rss_sampler
 from tests.kafka_cluster import KafkaCluster, start_native_tiered, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tiering.broker_client import BrokerClient
@@ -491,12 +493,14 @@ def run(args: argparse.Namespace, work: Path) -> None:
             raise RuntimeError(f"EARLIEST should be 0 everywhere: {earliest}")
 
         speed = {topic: Figures() for topic in LABELS}
+        proxy_rss: list[float] = []  # peak resident set of each fresh proxy over its reads, MB
         first = {topic: (Figures(), Figures()) for topic in LABELS}
         for round_ in range(1, args.runs + 1):
             shown = []
             for topic in LABELS:
                 if topic == PROXY:
-                    with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy:
+                    with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy, \
+                            rss_sampler(proxy.process.pid, proxy_rss):
                         shown.append(read_variant(proxy.bootstrap, topic, records, first[topic],
                                                   speed[topic]))
                 else:
@@ -512,6 +516,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
             print(f"  round {round_}/{args.runs} Java consumer fetch MiB/s: {', '.join(shown)}", flush=True)
 
         report(args, records, native, ours, own, speed, first, java, time.perf_counter() - bench_started)
+        print(f"\nproxy peak RSS over each round's reads of (c) (a fresh proxy each): "
+              f"{', '.join(f'{mb:.0f}' for mb in proxy_rss)} MB")
     finally:
         if tiering_proxy is not None:
             tiering_proxy.stop()
