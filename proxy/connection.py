@@ -220,7 +220,7 @@ class ClientConnection:
 
     async def _relay(self, relay: Relay) -> None:
         try:
-            await relay.source.relay_frame(self.client, bytearray(min(relay.size, _RELAY_CHUNK)))
+            await relay.source.relay_frame(self.client, relay.size, _RELAY_CHUNK)
         except FrameError as e:
             raise UpstreamError(f"broker {self._target()}: {e}") from e
         finally:
@@ -348,8 +348,9 @@ class ClientConnection:
             # Room for the answer first: while there is none it stays in the broker's socket. A
             # connection holding no answer always gets one, so a client that stops reading can
             # hold up its own answers but never another client's.
-            size = await self.upstream.next_frame_size() or 0
-            relayed = await self._relayable(size)
+            head = await self.upstream.frame_head()
+            size = head[0] if head is not None else 0
+            relayed = self._relayable(head)
             if relayed is not None:
                 # Only the relay's buffer is held; the rest of the answer waits in the socket.
                 chunk = min(size, _RELAY_CHUNK)
@@ -375,16 +376,13 @@ class ClientConnection:
             else:
                 entry.slot.resolve(frame)
 
-    async def _relayable(self, size: int) -> Slot | None:
-        """The slot of the broker's next answer if it is to be relayed (large, and no filter asked
-        to see it), its entry taken off the pending queue; else None, the queue untouched."""
-        if size < _RELAY_MIN_BYTES:
-            return None
-        assert self.upstream is not None
-        head = await self.upstream.peek(8)
-        if head is None:
-            return None  # closed: _next_answer says so
-        (corr,) = struct.unpack_from(">i", head, 4)
+    def _relayable(self, head: tuple[int, int] | None) -> Slot | None:
+        """The slot of the broker's next answer (its size and correlation id) if it is to be
+        relayed (large, and no filter asked to see it), its entry taken off the pending queue;
+        else None, the queue untouched."""
+        if head is None or head[0] < _RELAY_MIN_BYTES:
+            return None  # small, or closed: _next_answer says so
+        corr = head[1]
         pending = self._pending
         at = 0  # acks=0 produces the broker may never answer come first, as in _next_answer
         while at < len(pending) and pending[at].correlation_id != corr and pending[at].slot is None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import struct
 
 import trio
 
 _SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">ii")  # a frame's size and the first field of its payload
 _RECV_CHUNK = 256 * 1024
 # Pieces at least this large go to sendmsg by reference; smaller neighbours are joined first (one
 # small copy) so a frame of many encoded fields is a handful of iovecs, never IOV_MAX.
@@ -21,8 +23,10 @@ _SPLICE = hasattr(os, "splice")
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20
-# A plain socket's calls that did not block between two turns of the event loop (_PlainSocket).
+# A plain socket's calls that did not block between two turns of the event loop (_PlainSocket),
+# and the bytes a relay moves without blocking between two turns (splice).
 _CALLS_PER_TURN = 16
+_BYTES_PER_TURN = 1 << 20
 
 Frame = bytes | bytearray | memoryview | list  # a list: the frame's payload in pieces
 
@@ -60,35 +64,51 @@ class FrameStream:
                 return None
             buf += chunk
         (size,) = _SIZE.unpack_from(buf, 0)
-        if size < 0 or size > self.max_frame_bytes:
-            raise FrameError(f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)")
+        self._check_size(size)
         return size
 
-    async def peek(self, n: int) -> bytes | None:
-        """The next ``n`` bytes (size prefix included), left unread; None if the peer closes first."""
-        buf = self._buf
-        while len(buf) < n:
-            chunk = await self._sock.recv(_RECV_CHUNK)
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf[:n])
+    def _check_size(self, size: int) -> None:
+        if size < 0 or size > self.max_frame_bytes:
+            raise FrameError(f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)")
 
-    async def relay_frame(self, to: FrameStream, chunk: bytearray) -> None:
-        """Stream the next frame (its size read by ``next_frame_size``) to ``to`` as it arrives: the
-        frame is never held whole. Between two plain TCP sockets it goes through a kernel pipe
-        (``splice``), never through user space; otherwise through ``chunk``. A peer that closes
-        inside the frame raises FrameError."""
+    async def frame_head(self) -> tuple[int, int] | None:
+        """(payload size, the payload's first four bytes as an int: an answer's correlation id) of
+        the next frame, or None when the peer closed cleanly between frames. On a plain socket
+        with nothing buffered the bytes are peeked, left in the socket, so that a relay can splice
+        the whole frame: reading ahead put the first 256 KiB of every relayed answer through user
+        space twice (strace, issue 26)."""
+        if not self._buf and isinstance(self._sock, _PlainSocket):
+            head = await self._sock.peek(8)
+            if len(head) == 8:
+                size, first = _HEAD.unpack(head)
+                self._check_size(size)
+                return size, first
         size = await self.next_frame_size()
         if size is None:
-            raise FrameError("connection closed before a frame")
+            return None
+        if size < 4:
+            return size, -1  # no room for a correlation id: the reader of the frame says so
+        buf = self._buf
+        while len(buf) < 8:
+            chunk = await self._sock.recv(_RECV_CHUNK)
+            if not chunk:
+                raise FrameError(f"connection closed inside a frame ({len(buf) - 4} of {size} bytes)")
+            buf += chunk
+        return size, _HEAD.unpack_from(buf, 0)[1]
+
+    async def relay_frame(self, to: FrameStream, size: int, chunk_bytes: int) -> None:
+        """Stream the next frame (``size`` as ``frame_head`` said) to ``to`` as it arrives: the
+        frame is never held whole. Between two plain TCP sockets it goes through a kernel pipe
+        (``splice``), never through user space; otherwise through a buffer of ``chunk_bytes``. A
+        peer that closes inside the frame raises FrameError."""
         buf = self._buf
         total = 4 + size
         self.bytes_in += total
         to.bytes_out += total
-        head = min(len(buf), total)
-        await to._sock.send_all(bytes(buf[:head]))
-        del buf[:head]
+        head = min(len(buf), total)  # what was read ahead (nothing, when frame_head peeked)
+        if head:
+            await to._sock.send_all(bytes(buf[:head]))
+            del buf[:head]
         left = total - head
         if not left:
             return
@@ -97,7 +117,7 @@ class FrameStream:
             if moved < left:
                 raise FrameError(f"connection closed inside a frame ({total - left + moved - 4} of {size} bytes)")
             return
-        view = memoryview(chunk)
+        view = memoryview(bytearray(min(left, chunk_bytes)))
         while left:
             n = await self._sock.recv_into(view[:min(left, len(view))])
             if n == 0:
@@ -173,15 +193,16 @@ class FrameStream:
 
 async def splice(source: _PlainSocket, target: _PlainSocket, count: int) -> int:
     """Moves ``count`` bytes from ``source`` to ``target`` through a kernel pipe (Linux ``splice``):
-    no copy into user space, and the event loop is entered only when a socket would block (the
-    relay of a 256 KiB buffer cost a loop turn per piece read and per piece written, issue 26).
+    no copy into user space, and the event loop is entered only when a socket would block or after
+    each MiB moved (the relay of a 256 KiB buffer took a loop turn per piece read and per piece
+    written, issue 26).
     Returns the bytes moved: fewer than ``count`` only when ``source`` closed first."""
     src, dst = source.fileno(), target.fileno()
     pipe_out, pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         with contextlib.suppress(OSError):  # a smaller pipe (the user's pipe quota) still works
             fcntl.fcntl(pipe_in, _F_SETPIPE_SZ, _PIPE_BYTES)
-        left, in_pipe = count, 0
+        left, in_pipe, since_turn = count, 0, 0
         while left or in_pipe:
             progress = False
             if left:
@@ -202,12 +223,17 @@ async def splice(source: _PlainSocket, target: _PlainSocket, count: int) -> int:
                     pass
                 else:
                     in_pipe -= n
+                    since_turn += n
                     progress = True
             if progress:
-                await source.ran()
+                if since_turn >= _BYTES_PER_TURN:  # let other connections run
+                    since_turn = 0
+                    await trio.lowlevel.checkpoint()
             elif in_pipe:  # what is in the pipe cannot go out: the target is full
+                since_turn = 0
                 await target.writable()
             else:  # the pipe is empty, so the source had nothing
+                since_turn = 0
                 await source.readable()
         while in_pipe:  # the source closed: what it sent before still goes out
             try:
@@ -262,6 +288,11 @@ class _PlainSocket:
                 continue
             await self.ran()
             return data
+
+    async def peek(self, size: int) -> bytes:
+        """Up to ``size`` bytes that have arrived, left in the socket (waits for the first); b"" when
+        the peer closed."""
+        return await self.socket.recv(size, socket.MSG_PEEK)
 
     async def recv_into(self, view: memoryview) -> int:
         while True:
