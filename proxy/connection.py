@@ -7,8 +7,9 @@ in request order. A slow answer therefore delays later answers on its own connec
 
 A large answer that no filter needs to see (``_RELAY_MIN_BYTES`` or more) is relayed instead:
 when its turn comes, the response loop streams it from the broker's socket to the client's as it
-arrives, through one small buffer, and the upstream loop reads on once it has gone through. So the
-client's first byte does not wait for the broker's last, and the answer is never held whole.
+arrives (between plain sockets through a kernel pipe, proxy/framing.py), and the upstream loop reads
+on once it has gone through. So the client's first byte does not wait for the broker's last, and the
+answer is never held whole.
 """
 
 from __future__ import annotations
