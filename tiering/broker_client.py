@@ -41,6 +41,10 @@ class BrokerClientError(Exception):
     """A broker could not be reached, closed the connection, or answered nonsense."""
 
 
+class UnsupportedApiError(BrokerClientError):
+    """The broker does not offer an API (or no version this client speaks) in its ApiVersions."""
+
+
 class AuthenticationRequiredError(BrokerClientError):
     """A broker answered ApiVersions, then closed the connection on a request this client sent
     without logging in: what a SASL listener does to a client with no SASL settings."""
@@ -92,6 +96,7 @@ class _Connection:
         self.sock.settimeout(timeout_s)
         self.authenticating = security.sasl is not None  # a close then is not for want of SASL
         self.versions: dict[int, tuple[int, int]] = {}
+        self.answered = 0  # requests answered after ApiVersions
         response = self.request(API_VERSIONS, 0, {})
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
         self.expires_at = float("inf")  # when the broker ends the SASL session (KIP-368)
@@ -123,7 +128,7 @@ class _Connection:
         low, high = self.versions.get(api_key, (0, -1))
         chosen = min(high, PREFERRED_VERSIONS.get(api_key, high))
         if chosen < low:
-            raise BrokerClientError(f"broker {self.address} does not support {api(api_key).name}")
+            raise UnsupportedApiError(f"broker {self.address} does not support {api(api_key).name}")
         return chosen
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -140,11 +145,13 @@ class _Connection:
             frame = memoryview(self._read_exactly(size))
         except _PeerClosed:
             self.close()
-            if self.versions and not self.authenticating:
+            if self.versions and not self.authenticating and not self.answered:
+                # What a SASL listener does to a client that did not log in; a close after
+                # answers (a broker stopped or killed) is not for want of SASL.
                 raise AuthenticationRequiredError(
                     f"broker {self.address} answered ApiVersions, then closed the connection on {spec.name} (if the "
                     "cluster requires SASL: this client has no SASL settings)") from None
-            raise BrokerClientError(f"broker {self.address} closed the connection") from None
+            raise BrokerClientError(f"broker {self.address} closed the connection during {spec.name}") from None
         except OSError as exc:
             self.close()
             raise BrokerClientError(f"{spec.name} to {self.address} failed: {exc}") from None
@@ -152,6 +159,8 @@ class _Connection:
         if got != corr:
             self.close()
             raise BrokerClientError(f"broker {self.address} answered correlation id {got}, expected {corr}")
+        if self.versions:
+            self.answered += 1
         return spec.response_codec(version).decode(frame[pos:])
 
     def _read_exactly(self, n: int) -> bytearray:

@@ -131,6 +131,12 @@ class ProxyCollector(Collector):
                                   value=totals["data_loss_offsets"])
         yield CounterMetricFamily("tiered_proxy_local_log_start_moves", "DeleteRecords sent for local retention",
                                   value=totals["local_log_start_moves"])
+        yield CounterMetricFamily("tiered_proxy_delete_records_failures", "DeleteRecords for local retention that "
+                                  "failed on the connection (a leader lost mid-request, or brokers that cannot)",
+                                  value=totals["delete_records_failures"])
+        yield CounterMetricFamily("tiered_proxy_local_retention_off", "Partitions whose local retention was turned "
+                                  "off: their brokers refused DeleteRecords every time or do not offer it",
+                                  value=totals["local_retention_off"])
         yield CounterMetricFamily("tiered_proxy_copier_fenced", "Copiers stopped because a newer owner fenced their "
                                   "metadata writes (this instance had stalled past its group session)",
                                   value=totals["fenced"])

@@ -127,3 +127,53 @@ def test_local_retention_ms_drops_segments_by_their_newest_record(own_noida, tmp
     # The last pass ran between `before` and `after`; no segment crossed the cutoff meanwhile.
     assert first_within(before) == first_within(after), describe(segments)
     assert log_start == first_within(after) == second_start, (log_start, describe(segments))
+
+
+def test_a_broker_lost_during_delete_records_does_not_turn_local_retention_off(tmp_path, unique_name, caplog):
+    """Issue 27: any connection error on a DeleteRecords (a leader killed mid-request) turned local
+    retention off for the partition for the rest of the process, so the brokers' disks filled, and
+    the log blamed a possible SASL requirement. Here the broker is stopped under the copier's open
+    connection while it sends one; once the broker is back, the log start moves on."""
+    from dataclasses import replace
+
+    from proxy.embedded_broker import start_broker
+
+    broker = start_broker("noida", tmp_path / "broker")
+    client: BrokerClient | None = None
+    try:
+        create_tiered_topic(broker.bootstrap, unique_name, partitions=1,
+                            **{"segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": "40000"})
+        produce(broker.bootstrap, unique_name, 1500)
+        client = BrokerClient(broker.bootstrap)
+        (tp,) = partitions_of(client, unique_name)
+        with FileMetadataStore(tmp_path / "metadata") as rlmm:
+            manager = manager_for(broker.bootstrap, unique_name, rlmm, tmp_path)
+            try:
+                tier_until_caught_up(manager, client, unique_name, timeout=20)
+                manager.run_once()
+                before = broker_log_start(client, unique_name)
+                assert before > 0
+                copier = manager.copiers[tp]
+                # A smaller local retention, so that there is something to delete: asked of a broker
+                # that is gone (the connection fails as a killed leader's does).
+                copier.settings = replace(copier.settings, local_retention_bytes=SEGMENT_BYTES)
+                broker.stop()
+                with caplog.at_level("WARNING", logger="tiering.copy.copier"):
+                    copier._local_retention(client)
+                assert not copier.delete_records_unsupported
+                assert manager.metrics.delete_records_failures == 1
+                assert "DeleteRecords" in caplog.text and "tried again on the next pass" in caplog.text
+                assert "SASL" not in caplog.text, caplog.text
+                broker = start_broker("noida", tmp_path / "broker", port=broker.port)
+                client.close()
+                client = BrokerClient(broker.bootstrap)
+                copier._local_retention(client)
+                after = broker_log_start(client, unique_name)
+            finally:
+                manager.stop()
+        assert after > before, (before, after)
+        assert manager.metrics.local_retention_off == 0
+    finally:
+        if client is not None:
+            client.close()
+        broker.stop()

@@ -40,7 +40,7 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.record_set import iter_batches
 from protocol.records import decode_records
-from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError
+from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError, UnsupportedApiError
 from tiering.config import TopicTiering
 from tiering.copy.local_retention import local_retention_target
 from tiering.copy.segment import SegmentBuilder
@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 
 # Bytes fetched per pass and partition before yielding the worker to other partitions.
 PASS_BYTE_BUDGET = 256 << 20
+# DeleteRecords failures in a row (each on a new pass, after a metadata refresh) that turn a
+# partition's local retention off.
+_DELETE_RECORDS_ATTEMPTS = 5
 
 
 def now_ms() -> int:
@@ -78,6 +81,8 @@ class TieringMetrics:
     data_loss_gaps: int = 0
     data_loss_offsets: int = 0
     local_log_start_moves: int = 0
+    delete_records_failures: int = 0  # DeleteRecords that failed on the connection
+    local_retention_off: int = 0  # partitions whose brokers cannot move their log start
     copy_requests: int = 0
     fenced: int = 0  # passes stopped because a newer owner fenced this instance's writes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -164,6 +169,7 @@ class PartitionCopier:
         self.last_stable = -1  # Ly, as last seen
         self.high_watermark = -1  # the brokers' log end, as last seen
         self.delete_records_unsupported = False
+        self.delete_records_failures = 0  # in a row; a leader killed mid-request is one
         self.stopped = False
         # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
         self.tiered_epoch: int | None = 0
@@ -430,6 +436,12 @@ class PartitionCopier:
             self.metrics.add(self.tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
             log.info("expired %s remote segment %d..%d", self.tp, segment.start_offset, segment.end_offset)
 
+    def _local_retention_off(self, why: str) -> None:
+        self.delete_records_unsupported = True
+        self.metrics.add(self.tp.topic, local_retention_off=1)
+        log.error("brokers cannot move %s's log start: %s; local retention is off for it until the proxy restarts",
+                  self.tp, why)
+
     def _local_retention(self, client: BrokerClient) -> None:
         s = self.settings
         if not s.proxy_manages_local_retention or self.delete_records_unsupported:
@@ -441,11 +453,24 @@ class PartitionCopier:
             return
         try:
             error, low_watermark = client.delete_records(self.leader, self.tp.topic, self.tp.partition, target)
-        except BrokerClientError as exc:
-            # Tansu advertises DeleteRecords but drops the connection on it.
-            self.delete_records_unsupported = True
-            log.error("brokers cannot move %s's log start (DeleteRecords failed: %s); local retention is off", self.tp, exc)
+        except UnsupportedApiError as exc:
+            self._local_retention_off(f"the brokers do not offer DeleteRecords ({exc})")
             return
+        except BrokerClientError as exc:
+            # A leader killed mid-request looks like this too: the next pass asks the leader the
+            # metadata names then. Only a broker that fails it every time (Tansu advertises
+            # DeleteRecords and drops the connection on it) has local retention turned off.
+            self.delete_records_failures += 1
+            self.metrics.add(self.tp.topic, delete_records_failures=1)
+            if self.delete_records_failures >= _DELETE_RECORDS_ATTEMPTS:
+                self._local_retention_off(f"DeleteRecords failed {self.delete_records_failures} times in a row, "
+                                          f"the last: {exc}")
+            else:
+                log.warning("DeleteRecords %s to %d failed (%s); tried again on the next pass (%d of %d before local "
+                            "retention is turned off)", self.tp, target, exc, self.delete_records_failures,
+                            _DELETE_RECORDS_ATTEMPTS)
+            return
+        self.delete_records_failures = 0
         if error != ErrorCode.NONE:
             log.warning("DeleteRecords %s to %d: %s", self.tp, target, ErrorCode.from_code(error).name)
             return
