@@ -171,6 +171,9 @@ class PartitionCopier:
         self.delete_records_unsupported = False
         self.delete_records_failures = 0  # in a row; a leader killed mid-request is one
         self.stopped = False
+        # Set from another thread when this partition is being handed over: the pass ends at the
+        # next fetch (a pass could otherwise fetch on for 256 MiB under steady production).
+        self.interrupted = False
         # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
         self.tiered_epoch: int | None = 0
 
@@ -244,7 +247,7 @@ class PartitionCopier:
     def _copy(self, client: BrokerClient) -> None:
         assert self.next_offset is not None
         fetched = 0
-        while fetched < PASS_BYTE_BUDGET and not self.stopped:
+        while fetched < PASS_BYTE_BUDGET and not self.stopped and not self.interrupted:
             if not self.transactions_seeded and not self._seed_transactions(client):
                 break  # an open transaction begins at next_offset: nothing is stable to copy yet
             answer = client.fetch(self.leader, self.tp.topic, self.tp.partition, self.next_offset,
@@ -266,7 +269,10 @@ class PartitionCopier:
                 self._append(header, batch)
                 fetched += len(batch)
                 progressed = True
-            if not progressed:
+            if not progressed or self.next_offset >= self.last_stable:
+                # Caught up with what the brokers had: under steady production each fetch brings
+                # a little more, and a pass that fetched on until its byte budget held the round
+                # (and a revoke waiting for it) for tens of seconds (issue 27).
                 break
         if self.open is not None and not self.open.empty and self.next_offset >= self.last_stable:
             started = self.open.first_batch_timestamp
@@ -287,6 +293,8 @@ class PartitionCopier:
         return True
 
     def _append(self, header: BatchHeader, batch: memoryview) -> None:
+        if self.open is not None and not self.open.empty and self._time_to_roll(header):
+            self._roll()
         if self.open is None:
             self.open = SegmentBuilder(self.spool_dir, self.settings.index_interval_bytes, self._epoch_history())
         self.open.add(header, batch)
@@ -301,6 +309,14 @@ class PartitionCopier:
         self.next_offset = header.last_offset + 1
         if self.open.size >= self.settings.segment_bytes:
             self._roll()
+
+    def _time_to_roll(self, header: BatchHeader) -> bool:
+        """Kafka's time-based roll: the next batch is ``segment.ms`` newer than the open segment's
+        first. Record time, not the clock, so a backlog of old records rolls as the brokers rolled
+        it; without it a copier under steady production rolled by size alone (issue 27)."""
+        assert self.open is not None
+        first = self.open.first_batch_timestamp
+        return first >= 0 and header.max_timestamp >= 0 and header.max_timestamp - first >= self.settings.segment_ms
 
     def _roll(self) -> None:
         """Copy the open segment and record it; on failure the segment stays open for a retry."""
