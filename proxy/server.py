@@ -50,10 +50,13 @@ from tiering.client_security import ClientSecurity
 log = logging.getLogger(__name__)
 
 # What consumers and producers send first: their codecs are built before clients are served, at
-# the newest versions (librdkafka 2.x sends Fetch v16 and FindCoordinator v2 where the newest are 18 and 6).
+# the newest versions (each codec costs milliseconds of CPU at every start), and at the older ones
+# librdkafka 2.x sends (FindCoordinator v2; its Fetch v16 is among the newest). Other versions are
+# built on first use.
 _FIRST_REQUESTS = frozenset({API_VERSIONS, METADATA, FIND_COORDINATOR, OFFSET_FETCH, OFFSET_COMMIT, LIST_OFFSETS,
                              OFFSET_FOR_LEADER_EPOCH, FETCH, INIT_PRODUCER_ID, PRODUCE})
-_FIRST_VERSIONS = 7
+_FIRST_VERSIONS = 3
+_LIBRDKAFKA_VERSIONS = {FIND_COORDINATOR: 2}
 
 
 def _newest_versions(valid: Versions) -> range:
@@ -172,8 +175,8 @@ class Proxy:
         are generated code: built during a first client's first Fetch they were a quarter of its
         time to the first record from the remote tier (issue 26)."""
         def build() -> int:
-            versions = [PREFERRED_VERSIONS, *({key: v} for key in sorted(_FIRST_REQUESTS)
-                                              for v in _newest_versions(all_apis()[key].request.valid))]
+            versions = [PREFERRED_VERSIONS, _LIBRDKAFKA_VERSIONS,
+                        *({key: v} for key in sorted(_FIRST_REQUESTS) for v in _newest_versions(all_apis()[key].request.valid))]
             return sum(build_codecs(v) for v in versions)
 
         started = time.perf_counter()
