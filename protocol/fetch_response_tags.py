@@ -2,7 +2,7 @@
 
 A Fetch answer of v16+ may carry KIP-951 ``NodeEndpoints`` (tag 0 at the top level, after every
 partition's records), which the proxy must re-address; most answers carry none. Decoding a whole
-answer to find out costs more than relaying it (tests/bench/passthrough.py), so this walks the
+answer to find out costs more than relaying it (tests/bench/wire_speed.py), so this walks the
 flexible (v12+) layout by lengths alone: fixed-size fields are skipped by size, strings, arrays,
 record sets and tagged fields by their prefixes. Hot path, hand-specialised; checked against the
 schema codec by ``tests/unit/test_fetch_response_tags.py``.

@@ -333,6 +333,17 @@ def first_byte_ms(bootstrap: str, topic: str) -> float:
 RAW_MAX_BYTES, RAW_PARTITION_MAX_BYTES = 50 << 20, 1 << 20  # librdkafka's defaults
 
 
+def raw_fetch_body(topic: str, offsets: list[int], high: list[int]) -> dict[str, object]:
+    """A Fetch v12 body for every partition of ``topic`` below its high watermark, with librdkafka's
+    default sizes (the raw loops of this bench and tests/bench/wire_speed.py)."""
+    return {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": RAW_MAX_BYTES,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "forgotten_topics_data": [], "topics": [{"topic": topic, "partitions": [{
+                "partition": p, "fetch_offset": offsets[p], "current_leader_epoch": -1,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": RAW_PARTITION_MAX_BYTES}
+                for p in range(len(offsets)) if offsets[p] < high[p]]}]}
+
+
 def raw_backfill(bootstrap: str, topic: str, timeout: float = 600) -> float:
     """MB/s of record bytes (as stored, compressed) that a Fetch loop reads from offset 0 to every
     partition's high watermark: one Fetch in flight, librdkafka's default sizes, nothing decoded
@@ -344,13 +355,7 @@ def raw_backfill(bootstrap: str, topic: str, timeout: float = 600) -> float:
     try:
         while any(o < h for o, h in zip(offsets, high, strict=True)):
             assert time.perf_counter() - started < timeout, f"raw read of {topic} stuck at {offsets} of {high}"
-            answer = client.request(FETCH, 12, {
-                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": RAW_MAX_BYTES,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
-                "forgotten_topics_data": [], "topics": [{"topic": topic, "partitions": [{
-                    "partition": p, "fetch_offset": offsets[p], "current_leader_epoch": -1,
-                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": RAW_PARTITION_MAX_BYTES}
-                    for p in range(PARTITIONS) if offsets[p] < high[p]]}]})
+            answer = client.request(FETCH, 12, raw_fetch_body(topic, offsets, high))
             for part in answer["responses"][0]["partitions"]:
                 assert part["error_code"] == 0, f"raw read of {topic}: error {part['error_code']}"
                 records = part["records"] or b""

@@ -53,13 +53,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from protocol.apis import FETCH, api
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from protocol.record_set import iter_batches
+from tests.bench.backfill import RAW_MAX_BYTES, raw_fetch_body
 from tests.bench.process_hygiene import run_in_work_dir
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 
 PARTITIONS = 3
 RECORD_BYTES = 1024
-RAW_MAX_BYTES, RAW_PARTITION_MAX_BYTES = 50 << 20, 1 << 20  # librdkafka's defaults
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -196,13 +196,7 @@ def raw_fetch_loop(bootstrap: str, topic: str, passes: int, timeout: float = 300
                 raise TimeoutError(f"raw read of {topic} stuck at {offsets} of {high}")
             corr += 1
             header = encode_request_header(RequestHeader(FETCH, 12, corr, "wire-speed"), spec.request_header_version(12))
-            body = spec.request_codec(12).encode({
-                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": RAW_MAX_BYTES,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
-                "forgotten_topics_data": [], "topics": [{"topic": topic, "partitions": [{
-                    "partition": p, "fetch_offset": offsets[p], "current_leader_epoch": -1,
-                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": RAW_PARTITION_MAX_BYTES}
-                    for p in range(PARTITIONS) if offsets[p] < high[p]]}]})
+            body = spec.request_codec(12).encode(raw_fetch_body(topic, offsets, high))
             sent = time.perf_counter()
             sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
             have = sock.recv_into(view[:4], 4)
