@@ -1,6 +1,6 @@
 """The proxy's remote tier against Kafka's OWN tiered storage (issue 25, item 4), on Apache Kafka 4.4.
 
-    python -m tests.bench.kafka_native [--mb 300] [--runs 3] [--segment-mb 4] [--keep-work-dir]
+    python -m tests.bench.kafka_native [--mb 300] [--runs 3] [--segment-mb 4] [--readers 1] [--keep-work-dir]
 
 Two single-node Kafka 4.4 brokers (tests/kafka_cluster.py) and the same data, ``--mb`` MB of 1 KiB records
 (values half random, half repeated; no compression) in 3 partitions of each of three topics, every topic
@@ -45,7 +45,8 @@ What is measured, in this order:
    confluent-kafka consumer reading every record from offset 0 (librdkafka's default fetch sizes,
    ``fetch.queue.backoff.ms=0`` as in tests/bench/backfill.py): MB/s of payload from the first poll to
    the last record, then the first-record latency once more ("after a read": a new consumer, the
-   proxy or broker warm). Every proxy read is on a fresh proxy process
+   proxy or broker warm). With ``--readers N`` the whole read is N consumers at once, each in a thread,
+   and their MB/s together is reported. Every proxy read is on a fresh proxy process
    (``remote.log.manager.task.interval.ms`` 60000: it copies nothing), so no read is served from an
    earlier read's chunk cache; broker A keeps its caches, as a broker does. The proxy's resident
    set is sampled every 20 ms over its round; the peak of each round is printed.
@@ -343,6 +344,30 @@ def backfill_mb_per_s(bootstrap: str, topic: str, expected: int, timeout: float 
     return size / seconds / 1e6
 
 
+def together_mb_per_s(bootstrap: str, topic: str, expected: int, readers: int) -> float:
+    """``readers`` consumers reading every record from offset 0 at once, each in a thread of its own:
+    the MB/s of all of them over the time the slowest took."""
+    if readers == 1:
+        return backfill_mb_per_s(bootstrap, topic, expected)
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            backfill_mb_per_s(bootstrap, topic, expected)
+        except BaseException as e:  # noqa: BLE001 - raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    if errors:
+        raise errors[0]
+    return readers * expected * RECORD_BYTES / (time.perf_counter() - started) / 1e6
+
+
 def java_fetch_mb_per_s(cluster: KafkaCluster, bootstrap: str, topic: str, expected: int) -> float:
     """Kafka's ConsumerPerformance (the Java consumer with its defaults, a new group, from the earliest
     offset) reads ``expected`` records: its fetch.MB.sec (MiB/s of payload, group join excluded)."""
@@ -387,11 +412,11 @@ def attempt(figures: Figures, what: str, measure: Callable[[], float]) -> str:
 
 
 def read_variant(bootstrap: str, topic: str, records: int, first: tuple[Figures, Figures],
-                 speed: Figures) -> str:
-    """The first-record latency of a new consumer, a whole read by another one, and the first-record
-    latency of a third."""
+                 speed: Figures, readers: int = 1) -> str:
+    """The first-record latency of a new consumer, a whole read by ``readers`` others at once (their
+    MB/s together), and the first-record latency of one more."""
     attempt(first[0], "first", lambda: first_record_ms(bootstrap, topic))
-    shown = attempt(speed, topic, lambda: backfill_mb_per_s(bootstrap, topic, records))
+    shown = attempt(speed, topic, lambda: together_mb_per_s(bootstrap, topic, records, readers))
     attempt(first[1], "again", lambda: first_record_ms(bootstrap, topic))
     return shown
 
@@ -502,9 +527,10 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy, \
                             rss_sampler(proxy.process.pid, proxy_rss):
                         shown.append(read_variant(proxy.bootstrap, topic, records, first[topic],
-                                                  speed[topic]))
+                                                  speed[topic], args.readers))
                 else:
-                    shown.append(read_variant(broker_a.bootstrap, topic, records, first[topic], speed[topic]))
+                    shown.append(read_variant(broker_a.bootstrap, topic, records, first[topic], speed[topic],
+                                              args.readers))
             print(f"  round {round_}/{args.runs} confluent-kafka MB/s: {', '.join(shown)}", flush=True)
         java = {NATIVE: Figures(), PROXY: Figures()}
         for round_ in range(1, args.runs + 1):
@@ -542,7 +568,8 @@ def report(args: argparse.Namespace, records: int, native: Tiering, ours: Tierin
     for name, t in (("(b) Kafka native (LocalTieredStorage)", native),
                     ("(c) tiered-proxy (local folder)", ours)):
         print(f"{name:<40}{t.megabytes:>8.1f}{t.seconds:>9.1f}{t.mb_per_s:>8.1f}{t.trimmed_s:>8.1f}")
-    print(f"\n{'':<38}{'confluent consumer':>24}{'first record ms':>34}{'Java consumer':>22}")
+    consumers = "confluent consumer" if args.readers == 1 else f"{args.readers} confluent, together"
+    print(f"\n{'':<38}{consumers:>24}{'first record ms':>34}{'Java consumer':>22}")
     print(f"{'read from offset 0':<38}{'MB/s, median [min-max]':>24}{'cold':>16}{'after a read':>18}"
           f"{'fetch MiB/s':>22}")
     for topic, label in LABELS.items():
@@ -578,6 +605,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="reads per variant (default 3)")
     parser.add_argument("--segment-mb", type=int, default=4, help="segment.bytes in MiB (default 4; Kafka's "
                         "minimum is 1)")
+    parser.add_argument("--readers", type=int, default=1, help="consumers reading each variant at once (default 1); "
+                        "their MB/s together is reported")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the brokers' and proxies' folders")
     args = parser.parse_args()
     run_in_work_dir("bench-kafka-native-", args.keep_work_dir, lambda work: run(args, work))
