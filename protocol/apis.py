@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -103,11 +103,11 @@ SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
 
 
-def build_codecs(versions: Mapping[int, int]) -> int:
-    """Builds the request and response codecs of each API key at the version given (codecs are
-    generated code, compiled on first use: milliseconds each); returns how many were built."""
+def build_codecs(versions: Iterable[tuple[int, int]]) -> int:
+    """Builds the request and response codecs of each (API key, version) (codecs are generated
+    code, compiled on first use: milliseconds each); returns how many were built."""
     built = 0
-    for key, version in versions.items():
+    for key, version in versions:
         spec = all_apis().get(key)
         if spec is not None and spec.has_schema(version):
             spec.request_codec(version)

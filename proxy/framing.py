@@ -7,6 +7,8 @@ import fcntl
 import os
 import socket
 import struct
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import trio
 
@@ -17,8 +19,8 @@ _RECV_CHUNK = 256 * 1024
 # small copy) so a frame of many encoded fields is a handful of iovecs, never IOV_MAX.
 _BY_REFERENCE = 16 * 1024
 _MAX_IOVECS = 512
-# Relays between plain sockets go through a pipe of this size (Linux's default pipe-max-size);
-# splice is Linux's, elsewhere the relay copies through a buffer.
+# Relays between plain sockets go through a kernel pipe (splice is Linux's; elsewhere the relay
+# copies through a buffer) of _PIPE_BYTES, Linux's default pipe-max-size.
 _SPLICE = hasattr(os, "splice")
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -29,6 +31,7 @@ _CALLS_PER_TURN = 16
 _BYTES_PER_TURN = 1 << 20
 
 Frame = bytes | bytearray | memoryview | list  # a list: the frame's payload in pieces
+T = TypeVar("T")
 
 
 class FrameError(Exception):
@@ -279,15 +282,19 @@ class _PlainSocket:
         self._calls = 0
         await trio.lowlevel.wait_writable(self.socket)
 
-    async def recv(self, size: int) -> bytes:
+    async def _call(self, call: Callable[[], T], wait: Callable[[], Awaitable[None]]) -> T:
+        """``call()`` now, or once ``wait()`` says the socket is ready."""
         while True:
             try:
-                data = os.read(self.fileno(), size)
+                result = call()
             except BlockingIOError:
-                await self.readable()
+                await wait()
                 continue
             await self.ran()
-            return data
+            return result
+
+    async def recv(self, size: int) -> bytes:
+        return await self._call(lambda: os.read(self.fileno(), size), self.readable)
 
     async def peek(self, size: int) -> bytes:
         """Up to ``size`` bytes that have arrived, left in the socket (waits for the first); b"" when
@@ -295,24 +302,10 @@ class _PlainSocket:
         return await self.socket.recv(size, socket.MSG_PEEK)
 
     async def recv_into(self, view: memoryview) -> int:
-        while True:
-            try:
-                n = os.readv(self.fileno(), [view])
-            except BlockingIOError:
-                await self.readable()
-                continue
-            await self.ran()
-            return n
+        return await self._call(lambda: os.readv(self.fileno(), [view]), self.readable)
 
     async def sendmsg(self, buffers: list[memoryview]) -> int:
-        while True:
-            try:
-                n = os.writev(self.fileno(), buffers)
-            except BlockingIOError:
-                await self.writable()
-                continue
-            await self.ran()
-            return n
+        return await self._call(lambda: os.writev(self.fileno(), buffers), self.writable)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")

@@ -174,13 +174,10 @@ class Proxy:
         newest versions of each, which clients take) and of the proxy's own broker calls. Codecs
         are generated code: built during a first client's first Fetch they were a quarter of its
         time to the first record from the remote tier (issue 26)."""
-        def build() -> int:
-            versions = [PREFERRED_VERSIONS, _LIBRDKAFKA_VERSIONS,
-                        *({key: v} for key in sorted(_FIRST_REQUESTS) for v in _newest_versions(all_apis()[key].request.valid))]
-            return sum(build_codecs(v) for v in versions)
-
+        versions = [*PREFERRED_VERSIONS.items(), *_LIBRDKAFKA_VERSIONS.items(),
+                    *((key, v) for key in _FIRST_REQUESTS for v in _newest_versions(all_apis()[key].request.valid))]
         started = time.perf_counter()
-        built = await trio.to_thread.run_sync(build)
+        built = await trio.to_thread.run_sync(build_codecs, versions)
         log.debug("built %d codecs in %.0f ms", built, (time.perf_counter() - started) * 1000)
         done.set()
 

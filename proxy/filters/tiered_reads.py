@@ -179,9 +179,6 @@ class TieredReads(Filter):
         log.info("tiered reads: %s", self.stats())
         self.reader.close()
 
-    def _tiered(self) -> dict[tuple[str, int], TopicIdPartition]:
-        return self._tiered_by("topic")  # type: ignore[return-value]
-
     def _tiered_by(self, topic_field: str) -> dict[PartitionKey, TopicIdPartition]:
         """Tiered partitions keyed as a Fetch of this version names them: by topic name, or
         (v13+) by topic id. Zero topic ids (noida-db) name no topic: such fetches pass through.
@@ -371,7 +368,7 @@ class TieredReads(Filter):
             return
         request = ctx.request.body
         upstream_version = list_offsets_upstream_version(version, ctx.broker_versions.get(LIST_OFFSETS, (0, 0)))
-        tiered = self._tiered()
+        tiered = self._tiered_by("topic")
         asked: dict[tuple[str, int], int] = {}
         for t in request["topics"]:
             for p in t["partitions"]:
@@ -445,7 +442,7 @@ class TieredReads(Filter):
         request = ctx.request.body
         if request.get("replica_id", -1) >= 0:
             return
-        tiered = self._tiered()
+        tiered = self._tiered_by("topic")
         asked = {(t["topic"], p["partition"]): p["leader_epoch"]
                  for t in request["topics"] for p in t["partitions"] if (t["topic"], p["partition"]) in tiered}
         if not asked:
