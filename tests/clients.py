@@ -417,7 +417,13 @@ def admin_round_trip(client: str, bootstrap: str, topic: str, partitions: int) -
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:
             admin.create_topics([NewTopic(topic, partitions, 1)])
+            # A KRaft broker learns of a new topic from the controller a moment after
+            # CreateTopics answers; until then describe says UNKNOWN_TOPIC_OR_PARTITION.
+            deadline = time.monotonic() + 30
             described = admin.describe_topics([topic])[0]
+            while described.get("error_code") and time.monotonic() < deadline:
+                time.sleep(0.2)
+                described = admin.describe_topics([topic])[0]
             assert topic in admin.list_topics()
             admin.delete_topics([topic])
             return {"partitions": len(described["partitions"]), "name": described["name"]}
@@ -446,7 +452,12 @@ async def _aio_admin(bootstrap: str, topic: str, partitions: int) -> dict[str, o
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, partitions, 1)])
+        # As for kafka-python: the broker may not know the topic yet when CreateTopics answers.
+        deadline = time.monotonic() + 30
         described = (await admin.describe_topics([topic]))[0]
+        while described.get("error_code") and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            described = (await admin.describe_topics([topic]))[0]
         assert topic in await admin.list_topics()
         await admin.delete_topics([topic])
         return {"partitions": len(described["partitions"]), "name": described["topic"]}
