@@ -85,6 +85,9 @@ class TieringMetrics:
     local_retention_off: int = 0  # partitions whose brokers cannot move their log start
     copy_requests: int = 0
     fenced: int = 0  # passes stopped because a newer owner fenced this instance's writes
+    leader_changes: int = 0  # leader epochs a copier followed (its lineage checked again)
+    divergences: int = 0  # remote ranges cut back because the cluster's log replaced them
+    diverged_offsets: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _by_topic: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
