@@ -9,7 +9,7 @@ version; the implementation that shipped (and which real brokers write) differs,
 it. A record value is::
 
     frame_version  uvarint, always 1
-    api_key        uvarint, 0/1/2 (Kafka's), 64/65 (this proxy's own, below)
+    api_key        uvarint, 0/1/2 (Kafka's), 64..67 (this proxy's own, below)
     version        uvarint, 0 (1 is accepted when reading: it only adds tagged fields)
     body           the message in Kafka's flexible encoding: compact (length+1 uvarint)
                    strings, bytes and arrays; every struct, nested ones included, ends with a
@@ -56,10 +56,12 @@ SEGMENT_METADATA_UPDATE_API_KEY = 1
 PARTITION_DELETE_METADATA_API_KEY = 2
 # This proxy's own records, in the same framing (Kafka defines no records for them; only proxies
 # read the metadata topic): a topic's tiering configs and KIP-950 state, and a partition's remote
-# log start after DeleteRecords, and a range the brokers deleted before it was tiered.
+# log start after DeleteRecords, a range the brokers deleted before it was tiered, and a range the
+# remote tier held but the cluster's log replaced (cut back from the remote tier).
 TOPIC_TIERING_STATE_API_KEY = 64
 REMOTE_LOG_START_OFFSET_API_KEY = 65
 REMOTE_LOG_DATA_LOSS_API_KEY = 66
+REMOTE_LOG_DIVERGENCE_API_KEY = 67
 TIERING_STATES = range(-1, 3)  # none, ENABLED, DISABLING, DISABLED
 DISABLE_POLICIES = range(0, 2)  # retain, delete
 
@@ -145,9 +147,18 @@ class RemoteLogDataLossRecord(NamedTuple):
     event_timestamp_ms: int
 
 
+class RemoteLogDivergenceRecord(NamedTuple):
+    topic_id_partition: TopicIdPartitionEntry
+    first_offset: int
+    last_offset: int
+    remote_leader_epoch: int  # the remote tier's last leader epoch when the divergence was found
+    leader_epoch: int  # the epoch the leader answered OffsetForLeaderEpoch with (-1: none)
+    event_timestamp_ms: int
+
+
 MetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
                   | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord
-                  | RemoteLogDataLossRecord)
+                  | RemoteLogDataLossRecord | RemoteLogDivergenceRecord)
 
 
 # --- the schemas, declared (field order is the wire order) ------------------------------------
@@ -239,6 +250,18 @@ REMOTE_LOG_DATA_LOSS_RECORD = _AsTuple(
     ),
     RemoteLogDataLossRecord,
 )
+REMOTE_LOG_DIVERGENCE_RECORD = _AsTuple(
+    Struct(
+        "topic_id_partition" / TOPIC_ID_PARTITION_ENTRY,
+        "first_offset" / Int64sb,
+        "last_offset" / Int64sb,
+        "remote_leader_epoch" / Int32sb,
+        "leader_epoch" / Int32sb,
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    RemoteLogDivergenceRecord,
+)
 FRAME_HEADER = Struct("frame_version" / UVarInt, "api_key" / UVarInt, "version" / UVarInt)
 
 _BODIES: dict[int, Construct] = {
@@ -248,6 +271,7 @@ _BODIES: dict[int, Construct] = {
     TOPIC_TIERING_STATE_API_KEY: TOPIC_TIERING_STATE_RECORD,
     REMOTE_LOG_START_OFFSET_API_KEY: REMOTE_LOG_START_OFFSET_RECORD,
     REMOTE_LOG_DATA_LOSS_API_KEY: REMOTE_LOG_DATA_LOSS_RECORD,
+    REMOTE_LOG_DIVERGENCE_API_KEY: REMOTE_LOG_DIVERGENCE_RECORD,
 }
 _API_KEYS: dict[type, int] = {
     RemoteLogSegmentMetadataRecord: SEGMENT_METADATA_API_KEY,
@@ -256,6 +280,7 @@ _API_KEYS: dict[type, int] = {
     TopicTieringStateRecord: TOPIC_TIERING_STATE_API_KEY,
     RemoteLogStartOffsetRecord: REMOTE_LOG_START_OFFSET_API_KEY,
     RemoteLogDataLossRecord: REMOTE_LOG_DATA_LOSS_API_KEY,
+    RemoteLogDivergenceRecord: REMOTE_LOG_DIVERGENCE_API_KEY,
 }
 
 
@@ -333,6 +358,10 @@ def _state_problem(record: MetadataRecord) -> str | None:
         if 0 <= record.first_offset <= record.last_offset:
             return None
         return f"data-loss range {record.first_offset}..{record.last_offset} is not a range of offsets"
+    if isinstance(record, RemoteLogDivergenceRecord):
+        if 0 <= record.first_offset <= record.last_offset:
+            return None
+        return f"divergence range {record.first_offset}..{record.last_offset} is not a range of offsets"
     if isinstance(record, TopicTieringStateRecord):
         if record.disable_policy not in DISABLE_POLICIES:
             return f"TopicTieringStateRecord has unknown disable policy {record.disable_policy}"

@@ -212,6 +212,24 @@ class RemoteLogDataLoss:
 
 
 @dataclass(frozen=True)
+class RemoteLogDivergence:
+    """Offsets ``first_offset..last_offset`` that the remote tier held but the cluster's log
+    replaced (an unclean leader election, or a cluster that lost its disks): cut from the remote
+    tier at ``first_offset``, recorded so that every instance can report them."""
+
+    topic_id_partition: TopicIdPartition
+    first_offset: int
+    last_offset: int
+    remote_leader_epoch: int  # the remote tier's last leader epoch when the divergence was found
+    leader_epoch: int  # the epoch the leader answered OffsetForLeaderEpoch with (-1: none)
+    event_timestamp_ms: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_offset <= self.last_offset:
+            raise ValueError(f"divergence range {self.first_offset}..{self.last_offset} is not a range of offsets")
+
+
+@dataclass(frozen=True)
 class RemoteLogStartOffset:
     """A partition's remote log start after DeleteRecords: offsets below it are gone, even where
     a remote segment that straddles it still holds them."""

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiering.metadata.journal_store import JOURNAL_NAME, FileMetadataStore, read_journal
-from tiering.metadata.state import InvalidStateTransitionError
+from tiering.metadata.state import InvalidStateTransitionError, MetadataState
 from tiering.model import (
+    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -165,6 +167,58 @@ def test_reopen_restores_state_and_compaction_keeps_it(tmp_path):
     assert len(entries) < 13  # compacted at least once (13 records were written)
     with FileMetadataStore(tmp_path) as s:
         assert list(s.list_remote_log_segments(TP)) == before
+
+
+def test_a_divergence_is_kept_once_and_survives_reopen_and_compaction(tmp_path):
+    first = RemoteLogDivergence(TP, 100, 149, 4, 3, 1000)
+    other_epoch = replace(first, leader_epoch=5, event_timestamp_ms=1001)
+    with FileMetadataStore(tmp_path) as s:
+        s.put_remote_log_divergence(first)
+        s.put_remote_log_divergence(replace(first, event_timestamp_ms=2000))  # the same fact, found again
+        s.put_remote_log_divergence(other_epoch)
+        s.put_remote_log_data_loss(TP, 0, 9, 1)  # its sibling record stays apart
+        assert s.divergences(TP) == [first, other_epoch]
+        assert s.data_loss(TP) == [(0, 9)]
+        assert s.divergences(TopicIdPartition(TP.topic_id, TP.topic, 1)) == []
+    with FileMetadataStore(tmp_path) as s:  # replayed from the journal
+        assert s.divergences(TP) == [first, other_epoch]
+        s.compact()
+    entries, _ = read_journal((tmp_path / JOURNAL_NAME).read_bytes())
+    assert len(entries) == 3  # two divergences and the data loss
+    with FileMetadataStore(tmp_path) as s:
+        assert s.divergences(TP) == [first, other_epoch]  # timestamps kept through the snapshot
+        assert s.data_loss(TP) == [(0, 9)]
+
+
+_DIVERGENCES = st.lists(st.builds(
+    lambda partition, first, length, remote_epoch, epoch, ts: RemoteLogDivergence(
+        TopicIdPartition(TP.topic_id, TP.topic, partition), first, first + length, remote_epoch, epoch, ts),
+    st.integers(0, 1), st.integers(0, 3), st.integers(0, 2), st.integers(0, 1), st.integers(-1, 1),
+    st.integers(0, 5)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_DIVERGENCES)
+def test_divergences_apply_once_and_snapshot_records_rebuild_them(records):
+    state = MetadataState()
+    for record in records:
+        state.check(record)  # any range may be written
+        state.apply(record)
+    for tp, partition in state.partitions.items():
+        facts = [replace(d, event_timestamp_ms=0) for d in partition.divergences]
+        assert len(set(facts)) == len(facts)  # one per fact, whatever the timestamps
+        firsts: dict[RemoteLogDivergence, RemoteLogDivergence] = {}
+        for record in records:
+            if record.topic_id_partition == tp:
+                firsts.setdefault(replace(record, event_timestamp_ms=0), record)
+        assert partition.divergences == list(firsts.values())  # the first of each, in order
+    rebuilt = MetadataState()
+    for record in state.snapshot_records():
+        rebuilt.apply(record)
+    assert {tp: p.divergences for tp, p in rebuilt.partitions.items()} == \
+        {tp: p.divergences for tp, p in state.partitions.items()}
+    assert rebuilt.size_of_live_records() == state.size_of_live_records() == sum(
+        len(p.divergences) for p in state.partitions.values())
 
 
 def test_a_torn_write_is_cut_off(tmp_path):

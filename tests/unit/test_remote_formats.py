@@ -16,6 +16,7 @@ from tiering.metadata import codec
 from tiering.model import (
     DisablePolicy,
     RemoteLogDataLoss,
+    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -177,6 +178,11 @@ records_st = st.one_of(
     # ... and a range the brokers deleted before it was tiered.
     st.builds(lambda tp, a, b, ts: RemoteLogDataLoss(tp, min(a, b), max(a, b), ts), tps,
               st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**45)),
+    # ... and a range the remote tier held but the cluster's log replaced.
+    st.builds(lambda tp, a, b, remote_epoch, epoch, ts: RemoteLogDivergence(tp, min(a, b), max(a, b), remote_epoch,
+                                                                             epoch, ts),
+              tps, st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, INT32), st.integers(-1, INT32),
+              st.integers(0, 2**45)),
 )
 
 
@@ -198,6 +204,48 @@ def test_damaged_metadata_records_raise_only_protocol_error(record, data):
             codec.deserialize(damaged)
         except ProtocolError:
             pass
+
+
+def test_every_record_kind_has_its_own_api_key():
+    assert set(mr._API_KEYS.values()) == set(mr._BODIES) == {
+        mr.SEGMENT_METADATA_API_KEY, mr.SEGMENT_METADATA_UPDATE_API_KEY, mr.PARTITION_DELETE_METADATA_API_KEY,
+        mr.TOPIC_TIERING_STATE_API_KEY, mr.REMOTE_LOG_START_OFFSET_API_KEY, mr.REMOTE_LOG_DATA_LOSS_API_KEY,
+        mr.REMOTE_LOG_DIVERGENCE_API_KEY}
+    assert mr.REMOTE_LOG_DIVERGENCE_API_KEY == 67
+    assert len(set(mr._API_KEYS.values())) == len(mr._API_KEYS)
+
+
+_ENTRY = mr.TopicIdPartitionEntry("t", uuid.UUID(int=3), 1)
+
+
+@pytest.mark.parametrize("record", [
+    mr.RemoteLogDataLossRecord(_ENTRY, 10, 9, 0),
+    mr.RemoteLogDataLossRecord(_ENTRY, -1, 9, 0),
+    mr.RemoteLogDivergenceRecord(_ENTRY, 10, 9, 4, 5, 0),
+    mr.RemoteLogDivergenceRecord(_ENTRY, -1, 9, 4, 5, 0),
+])
+def test_a_range_that_is_not_one_is_refused(record):
+    """Written by hand past the encoder's check: the decoder refuses it with ProtocolError, and
+    the encoder refuses to write it."""
+    api_key = mr._API_KEYS[type(record)]
+    raw = (mr.FRAME_HEADER.build({"frame_version": 1, "api_key": api_key, "version": 0})
+           + mr._BODIES[api_key].build(record))
+    with pytest.raises(ProtocolError, match="is not a range of offsets"):
+        codec.deserialize(raw)
+    with pytest.raises(ValueError, match="is not a range of offsets"):
+        mr.encode_record(record)
+
+
+def test_divergence_record_bytes_by_hand():
+    """apiKey 67, version 0: the TopicIdPartition struct, first and last offset (int64), the remote
+    tier's and the leader's epoch (int32), event time (int64), no tags."""
+    topic_id = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
+    record = RemoteLogDivergence(TopicIdPartition(topic_id, "ab", 3), 100, 149, 4, -1, 5)
+    expected = (bytes([1, 67, 0]) + bytes([3]) + b"ab" + topic_id.bytes + (3).to_bytes(4, "big") + b"\0"
+                + (100).to_bytes(8, "big") + (149).to_bytes(8, "big") + (4).to_bytes(4, "big")
+                + (-1).to_bytes(4, "big", signed=True) + (5).to_bytes(8, "big") + b"\0")
+    assert codec.serialize(record) == expected
+    assert codec.deserialize(expected) == record
 
 
 def test_partition_delete_record_bytes_by_hand():

@@ -9,6 +9,7 @@ from protocol.errors import ProtocolError
 from tiering.model import (
     DisablePolicy,
     RemoteLogDataLoss,
+    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -22,7 +23,7 @@ from tiering.model import (
 )
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence)
 
 
 def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
@@ -98,6 +99,15 @@ def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
             last_offset=metadata.last_offset,
             event_timestamp_ms=metadata.event_timestamp_ms,
         )
+    if isinstance(metadata, RemoteLogDivergence):
+        return mr.RemoteLogDivergenceRecord(
+            topic_id_partition=_tp_entry(metadata.topic_id_partition),
+            first_offset=metadata.first_offset,
+            last_offset=metadata.last_offset,
+            remote_leader_epoch=metadata.remote_leader_epoch,
+            leader_epoch=metadata.leader_epoch,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+        )
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 
@@ -156,6 +166,15 @@ def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
                 topic_id_partition=_tp(record.topic_id_partition),
                 first_offset=record.first_offset,
                 last_offset=record.last_offset,
+                event_timestamp_ms=record.event_timestamp_ms,
+            )
+        if isinstance(record, mr.RemoteLogDivergenceRecord):
+            return RemoteLogDivergence(
+                topic_id_partition=_tp(record.topic_id_partition),
+                first_offset=record.first_offset,
+                last_offset=record.last_offset,
+                remote_leader_epoch=record.remote_leader_epoch,
+                leader_epoch=record.leader_epoch,
                 event_timestamp_ms=record.event_timestamp_ms,
             )
     except ProtocolError:

@@ -1,8 +1,8 @@
 """KIP-405's RemoteLogMetadataManager: the interface both stores implement.
 
-A store persists five kinds of records (segment metadata, segment updates, partition delete
-metadata, topic tiering states, remote log starts; ``tiering.metadata.codec`` turns them into
-bytes) and answers queries from a :class:`tiering.metadata.state.MetadataState` rebuilt from those
+A store persists seven kinds of records (segment metadata, segment updates, partition delete
+metadata, topic tiering states, remote log starts, data-loss ranges, divergences;
+``tiering.metadata.codec`` turns them into bytes) and answers queries from a :class:`tiering.metadata.state.MetadataState` rebuilt from those
 records. The public write methods validate a record against the current state first (the segment
 state machine of the javadoc, partition delete states), then persist it, then apply it, so an
 invalid call raises and leaves nothing behind.
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
     RemoteLogDataLoss,
+    RemoteLogDivergence,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -101,6 +102,17 @@ class RemoteLogMetadataManager(ABC):
         with self._lock:
             state = self._state.partitions.get(tp)
             return list(state.data_loss) if state is not None else []
+
+    def put_remote_log_divergence(self, divergence: RemoteLogDivergence) -> None:
+        """Record a range the remote tier held but the cluster's log replaced (cut back from the
+        remote tier); the same range and epochs recorded again are kept once."""
+        self._write(divergence)
+
+    def divergences(self, tp: TopicIdPartition) -> list[RemoteLogDivergence]:
+        """The ranges of ``tp`` cut back because the cluster's log replaced them, oldest first."""
+        with self._lock:
+            state = self._state.partitions.get(tp)
+            return list(state.divergences) if state is not None else []
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tiering.model import (
     RemoteLogDataLoss,
+    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -30,7 +31,7 @@ from tiering.storage.api import RemoteResourceNotFoundError
 log = logging.getLogger(__name__)
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence)
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -53,6 +54,12 @@ class InvalidStateTransitionError(ValueError):
     """A segment or partition-delete update that the state machine does not allow."""
 
 
+def _divergence_key(record: RemoteLogDivergence) -> tuple[TopicIdPartition, int, int, int, int]:
+    """What makes two divergence records the same fact (their timestamps aside)."""
+    return (record.topic_id_partition, record.first_offset, record.last_offset, record.remote_leader_epoch,
+            record.leader_epoch)
+
+
 def epoch_ranges(segment: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
     """``(epoch, first offset, last offset)`` for each leader epoch inside a segment."""
     epochs = segment.segment_leader_epochs
@@ -72,6 +79,9 @@ class PartitionState:
     log_start_offset: int = 0  # raised by DeleteRecords; offsets below it are gone
     # (first, last) offset ranges the brokers deleted before they were tiered, in order
     data_loss: list[tuple[int, int]] = field(default_factory=list)
+    # ranges the remote tier held but the cluster's log replaced (cut back), in order; each kept
+    # once whatever its timestamp
+    divergences: list[RemoteLogDivergence] = field(default_factory=list)
     # Finished segments ordered by start offset, rebuilt lazily after a change.
     _finished: list[RemoteLogSegmentMetadata] | None = None
 
@@ -138,7 +148,7 @@ class MetadataState:
             if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
                 raise InvalidStateTransitionError(
                     f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
-        elif isinstance(record, RemoteLogDataLoss):
+        elif isinstance(record, RemoteLogDataLoss | RemoteLogDivergence):
             pass  # a fact the copier observed; any range is allowed, repeats are applied once
         elif isinstance(record, RemoteLogStartOffset):
             state = self.partitions.get(record.topic_id_partition)
@@ -185,6 +195,11 @@ class MetadataState:
             gap = (record.first_offset, record.last_offset)
             if gap not in state.data_loss:
                 state.data_loss.append(gap)
+        elif isinstance(record, RemoteLogDivergence):
+            state = self.partition(record.topic_id_partition)
+            key = _divergence_key(record)
+            if all(_divergence_key(d) != key for d in state.divergences):
+                state.divergences.append(record)
 
     def snapshot_records(self) -> Iterator[RemoteLogMetadata]:
         """Records that rebuild this state when applied in order (for compaction/snapshots)."""
@@ -198,6 +213,7 @@ class MetadataState:
                 yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
             for first, last in state.data_loss:
                 yield RemoteLogDataLoss(tp, first, last, 0)
+            yield from state.divergences
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -232,4 +248,5 @@ class MetadataState:
     def size_of_live_records(self) -> int:
         return len(self.topics) + sum(
             len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) + len(s.data_loss)
+            + len(s.divergences)
             for s in self.partitions.values())
