@@ -11,3 +11,7 @@ SEGMENT_COUNT = struct.Struct(">i")
 TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch" (KIP-950)
 TAG_DATA_LOSS = 10_001  # per partition: the offsets, and the ranges, the brokers deleted before they were tiered
 DATA_LOSS = struct.Struct(">qi")
+# per partition: the offsets, and the ranges, cut back from the remote tier because the cluster's
+# log replaced them (an unclean leader election)
+TAG_DIVERGENCE = 10_002
+DIVERGENCE = struct.Struct(">qi")

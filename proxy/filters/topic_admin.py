@@ -44,9 +44,11 @@ from protocol.apis import (
 from protocol.errors import ErrorCode
 from protocol.remote_log_dir import (
     DATA_LOSS,
+    DIVERGENCE,
     REMOTE_LOG_DIR_PREFIX,
     SEGMENT_COUNT,
     TAG_DATA_LOSS,
+    TAG_DIVERGENCE,
     TAG_SEGMENT_COUNT,
     TAG_TIERING_STATE,
 )
@@ -464,6 +466,10 @@ class TopicAdmin(Filter):
                     if lost:
                         entry["_unknown_tags"][TAG_DATA_LOSS] = DATA_LOSS.pack(
                             sum(last - first + 1 for first, last in lost), len(lost))
+                    diverged = metadata.divergences(tp)
+                    if diverged:
+                        entry["_unknown_tags"][TAG_DIVERGENCE] = DIVERGENCE.pack(
+                            sum(d.last_offset - d.first_offset + 1 for d in diverged), len(diverged))
                 partitions.append(entry)
             topic: dict[str, Any] = {"name": name, "partitions": partitions}
             if version >= 2 and state is not None:
