@@ -129,6 +129,12 @@ class ProxyCollector(Collector):
                                   value=totals["data_loss_gaps"])
         yield CounterMetricFamily("tiered_proxy_data_loss_offsets", "Offsets the brokers deleted before they were tiered",
                                   value=totals["data_loss_offsets"])
+        yield CounterMetricFamily("tiered_proxy_leader_changes", "Leader changes a copier followed (it checked its "
+                                  "partition's leader-epoch lineage again)", value=totals["leader_changes"])
+        yield CounterMetricFamily("tiered_proxy_log_divergences", "Remote ranges cut back because the cluster's log "
+                                  "replaced them (unclean leader election)", value=totals["divergences"])
+        yield CounterMetricFamily("tiered_proxy_diverged_offsets", "Offsets cut back from the remote tier because the "
+                                  "cluster's log replaced them", value=totals["diverged_offsets"])
         yield CounterMetricFamily("tiered_proxy_local_log_start_moves", "DeleteRecords sent for local retention",
                                   value=totals["local_log_start_moves"])
         yield CounterMetricFamily("tiered_proxy_delete_records_failures", "DeleteRecords for local retention that "
