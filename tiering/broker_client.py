@@ -18,7 +18,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.apis import API_VERSIONS, DELETE_RECORDS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA, api
+from protocol.apis import (
+    API_VERSIONS,
+    DELETE_RECORDS,
+    DESCRIBE_CONFIGS,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
+    api,
+)
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from tiering.client_security import ClientSecurity, SaslAuthenticationError, sasl_exchange
@@ -276,15 +285,18 @@ class BrokerClient:
         return result
 
     def fetch(self, leader: int, topic: str, partition: int, offset: int, *, max_bytes: int,
-              read_committed: bool = True, max_wait_ms: int = 100) -> FetchedPartition:
+              read_committed: bool = True, max_wait_ms: int = 100,
+              current_leader_epoch: int = -1) -> FetchedPartition:
         """One partition's raw record batches from ``offset`` (whole and maybe a cut last one).
 
-        ``max_wait_ms`` must stay above zero: Tansu answers a zero-wait fetch with no partitions."""
+        ``max_wait_ms`` must stay above zero: Tansu answers a zero-wait fetch with no partitions.
+        ``current_leader_epoch`` (KIP-320): a leader of another epoch answers FENCED_LEADER_EPOCH
+        or UNKNOWN_LEADER_EPOCH instead of records; -1 reads whatever the broker leads."""
         body = {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
             "isolation_level": 1 if read_committed else 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": topic, "topic_id": None, "partitions": [{
-                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "partition": partition, "current_leader_epoch": current_leader_epoch, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": "",
         }
@@ -330,6 +342,19 @@ class BrokerClient:
         response, _ = self._call(self._node(leader), LIST_OFFSETS, body)
         p = response["topics"][0]["partitions"][0]
         return p["error_code"], p.get("offset", -1)
+
+    def end_offset_for_epoch(self, leader: int, topic: str, partition: int, leader_epoch: int,
+                             current_leader_epoch: int = -1) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch as a consumer asks it: (error code, the leader's largest epoch at
+        or below ``leader_epoch``, the offset where that epoch ends in the leader's log)."""
+        body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [{
+            "partition": partition, "current_leader_epoch": current_leader_epoch, "leader_epoch": leader_epoch}]}]}
+        response, _ = self._call(self._node(leader), OFFSET_FOR_LEADER_EPOCH, body)
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                if p["partition"] == partition:
+                    return p["error_code"], p.get("leader_epoch", -1), p["end_offset"]
+        raise BrokerClientError(f"OffsetForLeaderEpoch answer from broker {leader} lacks {topic}-{partition}")
 
     def topic_configs(self, topics: list[str]) -> dict[str, BrokerTopicConfigs]:
         """Each topic's configs as the broker describes them, split into the topic's own settings

@@ -40,13 +40,17 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.record_set import iter_batches
 from protocol.records import decode_records
+from protocol.remote_formats.transaction_index import decode_transaction_index
 from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError, UnsupportedApiError
 from tiering.config import TopicTiering
+from tiering.copy.lineage import LineageUnknown, divergence_point, lineage_of
 from tiering.copy.local_retention import local_retention_target
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import InvalidStateTransitionError
 from tiering.model import (
+    IndexType,
+    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -62,6 +66,16 @@ PASS_BYTE_BUDGET = 256 << 20
 # DeleteRecords failures in a row (each on a new pass, after a metadata refresh) that turn a
 # partition's local retention off.
 _DELETE_RECORDS_ATTEMPTS = 5
+# Errors that say the partition's leader is elsewhere or of another epoch: the next round's
+# metadata names the new one, and the copier checks its lineage before copying on.
+_LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                           ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
+# Bytes of a remote segment read at a time when one is rewritten up to a divergence.
+_REWRITE_CHUNK_BYTES = 8 << 20
+
+
+class LeaderMovedError(BrokerClientError):
+    """The broker asked is no longer the partition's leader of the epoch the copier follows."""
 
 
 def now_ms() -> int:
@@ -147,9 +161,16 @@ class PartitionCopier:
 
     def __init__(self, tp: TopicIdPartition, leader: int, settings: TopicTiering, *, rlmm: RemoteLogMetadataManager,
                  rsm: RemoteStorageManager, spool_dir: Path, metrics: TieringMetrics, gaps: GapLog,
-                 fetch_max_bytes: int, backoff_max_ms: int, broker_id: int = -1) -> None:
+                 fetch_max_bytes: int, backoff_max_ms: int, broker_id: int = -1, leader_epoch: int = -1) -> None:
         self.tp = tp
         self.leader = leader
+        # The leader's epoch as the metadata names it (-1: the brokers name none). Fetches carry
+        # it, so a leader of another epoch refuses them instead of serving its own log.
+        self.leader_epoch = leader_epoch
+        # The leader epoch under which the remote tier was last found to be the cluster's history
+        # (None: not yet in this process, when every remote epoch is checked once).
+        self.lineage_epoch: int | None = None
+        self.lineage_checked = False
         self.settings = settings
         self.rlmm = rlmm
         self.rsm = rsm
@@ -192,6 +213,8 @@ class PartitionCopier:
                 self._expire_remote()
                 self.failures = 0
                 return
+            if not self.lineage_checked or self.lineage_epoch != self.leader_epoch:
+                self._check_lineage(client)
             if self.next_offset is None:
                 self._start_position(client)
             if self.open is not None and self.open.size >= self.settings.segment_bytes:
@@ -200,6 +223,10 @@ class PartitionCopier:
             self._expire_remote()
             self._local_retention(client)
             self.failures = 0
+        except LeaderMovedError as exc:
+            # Not a failure: the next round's metadata names the new leader (no backoff to grow).
+            self.lineage_checked = False
+            log.info("%s: %s; following the new leader after the next metadata refresh", self.tp, exc)
         except FencedError as exc:
             # Another instance owns this partition's metadata now (this one stalled past its
             # group session): it copies from here; this copier writes nothing more.
@@ -238,12 +265,118 @@ class PartitionCopier:
         self.next_offset = offset  # nothing tiered yet: start at the brokers' log start
 
     def _epoch_history(self) -> list[tuple[int, int]]:
-        history: list[tuple[int, int]] = []
-        for segment in self.rlmm.copied_segments(self.tp):
-            for epoch, start in segment.segment_leader_epochs:
-                if epoch >= 0 and (not history or epoch > history[-1][0]):
-                    history.append((epoch, start))
-        return history
+        return lineage_of(segment.segment_leader_epochs for segment in self.rlmm.copied_segments(self.tp))
+
+    def follow(self, leader: int, leader_epoch: int) -> None:
+        """The partition's leader as the latest metadata names it."""
+        if (leader, leader_epoch) == (self.leader, self.leader_epoch):
+            return
+        log.info("%s: leader %d (epoch %d) -> %d (epoch %d)", self.tp, self.leader, self.leader_epoch, leader,
+                 leader_epoch)
+        self.metrics.add(self.tp.topic, leader_changes=1)
+        self.leader, self.leader_epoch = leader, leader_epoch
+
+    # --- lineage (KIP-405) ---------------------------------------------------------------------
+
+    def _check_lineage(self, client: BrokerClient) -> None:
+        """Before copying on under a leader epoch not seen yet: is the remote tier still the
+        cluster's history? If the leader's log diverged (an unclean election), the remote tier is
+        cut back where it did (see :mod:`tiering.copy.lineage`). What the open segment holds came
+        from the previous leader: it is fetched again from the new one."""
+        if self.open is not None:
+            self.open.discard()
+            self.open = None
+            self.next_offset = None
+        segments = self.rlmm.copied_segments(self.tp)
+        lineage = lineage_of(s.segment_leader_epochs for s in segments)
+        if lineage:
+            remote_end = max(s.end_offset for s in segments)
+            answers: dict[int, tuple[int, int]] = {}
+
+            def end_offset_for(epoch: int) -> tuple[int, int]:
+                error, leader_epoch, end = client.end_offset_for_epoch(
+                    self.leader, self.tp.topic, self.tp.partition, epoch, self.leader_epoch)
+                if error in _LEADER_MOVED:
+                    raise LeaderMovedError(f"OffsetForLeaderEpoch: {ErrorCode.from_code(error).name}")
+                if error != ErrorCode.NONE:
+                    raise BrokerClientError(f"OffsetForLeaderEpoch {self.tp} epoch {epoch}: "
+                                            f"{ErrorCode.from_code(error).name}")
+                answers[epoch] = (leader_epoch, end)
+                return leader_epoch, end
+
+            try:
+                cut = divergence_point(lineage, remote_end, end_offset_for, every_epoch=not self.lineage_checked)
+            except UnsupportedApiError:
+                cut = None  # brokers without leader epochs (noida-db): nothing to compare
+            except LineageUnknown as exc:
+                raise BrokerClientError(f"cannot place the remote tier of {self.tp} in the leader's history yet: "
+                                        f"{exc}") from None
+            if cut is not None:
+                self._cut_back(cut, segments, lineage[-1][0], answers)
+                self.next_offset = None
+        self.lineage_checked = True
+        self.lineage_epoch = self.leader_epoch
+
+    def _cut_back(self, cut: int, segments: list[RemoteLogSegmentMetadata], remote_epoch: int,
+                  answers: dict[int, tuple[int, int]]) -> None:
+        """Remove from the remote tier every offset from ``cut`` on: record the divergence, rewrite
+        the segment that straddles it up to it, delete the segments beyond. Repeating after a crash
+        anywhere in between finds the same divergence and finishes it (the record is kept once, and
+        a rewrite already made is not made again)."""
+        remote_end = max(s.end_offset for s in segments)
+        straddling = next((s for s in segments if s.start_offset < cut <= s.end_offset), None)
+        leader_epoch = min((epoch for epoch, _ in answers.values()), default=-1)
+        log.error("DIVERGENCE: %s offsets %d..%d in the remote tier are not the cluster's history (the leader's "
+                  "log moved past remote leader epoch %d at %d: an unclean election); cutting the remote tier back "
+                  "to %d", self.tp, cut, remote_end, remote_epoch, cut, cut - 1)
+        self.rlmm.put_remote_log_divergence(RemoteLogDivergence(
+            self.tp, cut, remote_end, remote_epoch, leader_epoch, now_ms()))
+        if straddling is not None and not any(
+                s.start_offset == straddling.start_offset and s.end_offset < cut for s in segments):
+            self._rewrite_up_to(straddling, cut, [s for s in segments if s.end_offset < straddling.start_offset])
+        for segment in segments:
+            if segment.end_offset >= cut:
+                self._delete_segment(segment)
+        self.metrics.add(self.tp.topic, divergences=1, diverged_offsets=remote_end - cut + 1)
+        self.open_transactions.clear()
+        self.transactions_seeded = False
+
+    def _rewrite_up_to(self, segment: RemoteLogSegmentMetadata, cut: int,
+                       before: list[RemoteLogSegmentMetadata]) -> None:
+        """Copy ``segment``'s batches below ``cut`` as a new segment (read a chunk at a time)."""
+        builder = SegmentBuilder(self.spool_dir, self.settings.index_interval_bytes,
+                                 lineage_of(s.segment_leader_epochs for s in before))
+        try:
+            position, carry = 0, b""
+            while True:
+                chunk = self.rsm.fetch_log_segment(segment, position, position + _REWRITE_CHUNK_BYTES - 1)
+                if not chunk and not carry:
+                    break
+                data = carry + chunk
+                walker = iter_batches(data)
+                done = False
+                for header, batch in walker:
+                    if header.last_offset >= cut:
+                        done = True
+                        break
+                    builder.add(header, batch)
+                carry = bytes(data[walker.consumed:])
+                position += len(chunk)
+                if done or not chunk:
+                    break
+            if builder.empty:
+                builder.discard()
+                return
+            if not segment.tx_index_empty:
+                for txn in decode_transaction_index(self.rsm.fetch_index(segment, IndexType.TRANSACTION)):
+                    if txn.last_offset < cut:
+                        builder.add_aborted(txn.producer_id, txn.first_offset, txn.last_offset)
+            log.info("%s: rewriting remote segment %d..%d up to %d", self.tp, segment.start_offset,
+                     segment.end_offset, builder.end_offset)
+        except BaseException:
+            builder.discard()
+            raise
+        self._upload(builder)
 
     # --- copying ---------------------------------------------------------------------------------
 
@@ -254,10 +387,13 @@ class PartitionCopier:
             if not self.transactions_seeded and not self._seed_transactions(client):
                 break  # an open transaction begins at next_offset: nothing is stable to copy yet
             answer = client.fetch(self.leader, self.tp.topic, self.tp.partition, self.next_offset,
-                                  max_bytes=self.fetch_max_bytes, read_committed=False)
+                                  max_bytes=self.fetch_max_bytes, read_committed=False,
+                                  current_leader_epoch=self.leader_epoch)
             if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._out_of_range(client)
                 continue
+            if answer.error_code in _LEADER_MOVED:
+                raise LeaderMovedError(f"fetch at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")
             if answer.error_code != ErrorCode.NONE:
                 raise BrokerClientError(f"fetch {self.tp} at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")
             self.log_start = answer.log_start_offset
@@ -325,6 +461,16 @@ class PartitionCopier:
         """Copy the open segment and record it; on failure the segment stays open for a retry."""
         builder = self.open
         assert builder is not None and not builder.empty
+        try:
+            self._upload(builder)
+        except FencedError:
+            self.open = None
+            raise
+        self.open = None
+
+    def _upload(self, builder: SegmentBuilder) -> None:
+        """Record, copy and finish one segment; the builder is discarded unless the storage
+        failed (then it is kept for a retry)."""
         segment_id = RemoteLogSegmentId(self.tp, uuid.uuid4())
         with builder.finish() as (data, facts):
             metadata = RemoteLogSegmentMetadata(
@@ -344,7 +490,6 @@ class PartitionCopier:
                      facts.end_offset)
             self._abandon(metadata)
             builder.discard()
-            self.open = None
             self.stopped = True
             return
         try:
@@ -357,14 +502,12 @@ class PartitionCopier:
             # alone, so no live segment is touched), and stop, the partition is someone else's.
             self._remove_upload(metadata)
             builder.discard()
-            self.open = None
             if isinstance(exc, FencedError):
                 raise
             raise FencedError(f"segment {segment_id.id} was taken over during its copy: {exc}") from exc
         self.metrics.add(self.tp.topic, copied_segments=1, copied_bytes=facts.size_bytes, copy_requests=1)
         log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
         builder.discard()
-        self.open = None
 
     def _epoch_current(self) -> bool:
         state = self.rlmm.topic_tiering_state(self.tp.topic)

@@ -190,7 +190,7 @@ class RemoteLogManager:
             log.warning("cannot read cluster metadata for tiering: %s", exc)
             return
         self._notice_vanished_topics(topics)
-        wanted: dict[TopicIdPartition, tuple[int, TopicTiering, TopicTieringState]] = {}
+        wanted: dict[TopicIdPartition, tuple[int, int, TopicTiering, TopicTieringState]] = {}
         undescribed: set[str] = set()
         for topic in candidates:
             broker = configs.get(topic.name)
@@ -221,21 +221,23 @@ class RemoteLogManager:
             for p in topic.partitions.values():
                 tp = TopicIdPartition(state.topic_id, topic.name, p.partition)
                 if self.owns(tp):
-                    wanted[tp] = (p.leader, settings, state)
+                    wanted[tp] = (p.leader, p.leader_epoch, settings, state)
         self._remove_deleted_partitions()
         for tp in [tp for tp in self.copiers if tp not in wanted and tp.topic not in undescribed]:
             self.copiers.pop(tp).close()
             self.rlmm.on_stop_partitions([tp])
         new = []
-        for tp, (leader, settings, state) in wanted.items():
+        for tp, (leader, leader_epoch, settings, state) in wanted.items():
             copier = self.copiers.get(tp)
             if copier is None:
                 copier = self.copiers[tp] = PartitionCopier(
                     tp, leader, settings, rlmm=self.rlmm, rsm=self.rsm, spool_dir=self.data_dir / "spool",
                     metrics=self.metrics, gaps=self.gaps, fetch_max_bytes=self.config.copier_fetch_max_bytes,
-                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id)
+                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id,
+                    leader_epoch=leader_epoch)
                 new.append(tp)
-            copier.leader, copier.settings = leader, settings
+            copier.follow(leader, leader_epoch)
+            copier.settings = settings
             # Copies run only while ENABLED under the epoch they started in (KIP-950's fence);
             # a retain-disabled topic keeps expiring its remote data by total retention.
             copier.tiered_epoch = state.tiered_epoch if state.copying else None
