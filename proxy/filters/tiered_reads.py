@@ -222,9 +222,12 @@ class TieredReads(Filter):
             # Partitions the remote tier will serve are asked at an offset no log has: the broker
             # still checks the client may read them, and reads nothing from its disks. (Copies:
             # the partition entries may be a fetch session's own.)
+            # No last fetched epoch either (v12+): the broker would find the client's epoch ending
+            # below that offset and answer a diverging epoch, which makes the client throw the
+            # remote records away and fetch them again, forever (kafka-python did).
             for t in request["topics"]:
-                t["partitions"] = [{**p, "fetch_offset": _NO_SUCH_OFFSET} if (t[topic_field], p["partition"]) in preferred
-                                   else p for p in t["partitions"]]
+                t["partitions"] = [{**p, "fetch_offset": _NO_SUCH_OFFSET, "last_fetched_epoch": -1}
+                                   if (t[topic_field], p["partition"]) in preferred else p for p in t["partitions"]]
             # A broker answering OFFSET_OUT_OF_RANGE does so at once; one that answers "nothing
             # there" (Tansu) would otherwise hold the request for its whole max_wait_ms.
             request["max_wait_ms"] = min(request["max_wait_ms"], _PREFERRED_BROKER_WAIT_MS)

@@ -158,9 +158,32 @@ def test_the_broker_does_not_hold_a_fetch_the_remote_tier_answers(preferred):
     assert seconds < 2.5, f"answered after {seconds:.1f} s: the broker held it for max_wait_ms"
 
 
+def test_a_clients_last_fetched_epoch_does_not_turn_a_remote_answer_into_a_divergence(preferred):
+    """The authorization probe at an offset no log has must not carry the client's last fetched
+    epoch: the broker would answer that the epoch ends below the probe (a diverging epoch), and a
+    client given that with the remote records throws them away and fetches them again (kafka-python
+    stalled so on a partition with two epochs)."""
+    (port,) = preferred.proxy.node_ports.values()
+    client = RawClient(f"127.0.0.1:{port}")
+    try:
+        answer = client.request(FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 256 * 1024, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": preferred.topic, "partitions": [{
+                "partition": 0, "fetch_offset": 100, "current_leader_epoch": -1,
+                "last_fetched_epoch": 0, "log_start_offset": -1, "partition_max_bytes": 64 * 1024}]}]})
+    finally:
+        client.close()
+    (part,) = answer["responses"][0]["partitions"]
+    assert part["error_code"] == 0
+    assert part["diverging_epoch"]["epoch"] == -1, part["diverging_epoch"]
+    assert next(iter(iter_batches(part["records"])))[0].base_offset <= 100
+
+
 def test_the_remote_tier_served_the_reads(preferred):
     """Last: stop the proxy and read its shutdown line; the reads above came from the remote tier."""
     preferred.proxy.stop()
     line = next(line for line in preferred.proxy.log_text().splitlines() if "tiered reads:" in line)
     remote_bytes = int(line.split("remote fetch bytes ")[1].split(",")[0])
     assert remote_bytes > 0, line
+
