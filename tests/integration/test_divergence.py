@@ -34,10 +34,10 @@ brokers returned (key, value, headers, timestamp, leader epoch): the offsets bel
 start, ``N1..`` among them, come from the remote tier, so a remote tier that kept ``A``'s records
 would be read back. The proxy-side expectations are all checked, and reported together.
 
-(The proxy's default routing, broker-first, is used: with ``proxy.fetch.routing.policy=
-remote-preferred`` kafka-python stalls at its second remote read, as the broker's answer to the
-proxy's authorization probe, at an offset no log has, carries a diverging epoch for kafka-python's
-LastFetchedEpoch that the proxy leaves in the remote answer.)
+(The proxy's default routing, broker-first, is used. With ``proxy.fetch.routing.policy=
+remote-preferred`` kafka-python once stalled here at its second remote read: the proxy's
+authorization probe carried the client's last fetched epoch, and the broker's diverging-epoch answer
+to it was left in the remote answer; tests/integration/test_remote_preferred.py checks that now.)
 """
 
 from __future__ import annotations
