@@ -15,6 +15,7 @@ import trio
 
 from protocol.apis import (
     API_VERSIONS,
+    DESCRIBE_CLUSTER,
     FETCH,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
@@ -112,6 +113,7 @@ class Proxy:
         self.response_budget = ByteBudget(config.response_buffer_max_bytes, "proxy.response.buffer.max.bytes")
         self.metrics.budgets.append(self.response_budget)
         self.listen_ports: dict[int | None, int] = {}  # node id (None: bootstrap) -> bound port
+        self._listener_scopes: dict[int, trio.CancelScope] = {}  # a broker's port closes with its scope
         self._listener_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         # Set once the filter chain has started: a client accepted before waits for it.
@@ -228,15 +230,42 @@ class Proxy:
                 client = trio.SSLStream(stream, self.tls, server_side=True, https_compatible=True)
             await ClientConnection(self, client, node_id).serve()
 
-        self._nursery.start_soon(trio.serve_listeners, handle, listeners)
+        scope = trio.CancelScope()
+
+        async def serve() -> None:
+            try:
+                with scope:
+                    await trio.serve_listeners(handle, listeners)
+            finally:
+                for listener in listeners:
+                    await listener.aclose()
+
+        self._nursery.start_soon(serve)
         if node_id is not None:
+            self._listener_scopes[node_id] = scope
             log.info("broker node %d served on port %d", node_id, self.listen_ports[node_id])
 
     async def ensure_listeners(self) -> None:
         async with self._listener_lock:
             for node_id in list(self.cluster.brokers):
                 if node_id not in self.listen_ports:
-                    await self._start_listener(node_id, self.config.port_for_node(node_id))
+                    try:
+                        await self._start_listener(node_id, self.config.port_for_node(node_id))
+                    except OSError as e:
+                        if self._ready.is_set():  # at start the operator must know at once
+                            log.error("%s; clients cannot reach broker %d through the proxy", e, node_id)
+                        else:
+                            raise
+
+    async def _close_listeners_of_removed(self, registered: set[int]) -> None:
+        """A broker that left the cluster (unregistered, not just stopped: a stopped broker is
+        still registered, fenced) loses its port, and the connections on it end."""
+        async with self._listener_lock:
+            for node_id in [n for n in self._listener_scopes if n not in registered]:
+                self._listener_scopes.pop(node_id).cancel()
+                port = self.listen_ports.pop(node_id)
+                self.cluster.brokers.pop(node_id, None)
+                log.info("broker node %d left the cluster: port %d closed", node_id, port)
 
     def advertise(self, node_id: int, host: str, port: int, rack: str | None) -> tuple[str, int]:
         """Learn a broker's real address; give the address clients should use instead."""
@@ -300,8 +329,11 @@ class Proxy:
             resp = await client.request(METADATA, version, {"topics": [], "allow_auto_topic_creation": False})
             for b in resp["brokers"]:
                 self.cluster.learn(b["node_id"], b["host"], b["port"], b.get("rack"))
+            registered = await _registered_brokers(client, versions)
         finally:
             await conn.aclose()
+        if registered is not None:
+            await self._close_listeners_of_removed(registered)
         await self.ensure_listeners()
 
     async def _metadata_refresher(self) -> None:
@@ -311,6 +343,24 @@ class Proxy:
                 await self.refresh_metadata()
             except (UpstreamError, OSError) as e:
                 log.warning("metadata refresh failed: %s", e)
+
+
+async def _registered_brokers(client: InternalClient, versions: BrokerVersions) -> set[int] | None:
+    """Every broker registered with the cluster, fenced ones too (DescribeCluster v2, Kafka 4.0+);
+    None where the brokers cannot say (Metadata names only the live ones: a broker restarting
+    must keep its port)."""
+    offered = versions.ranges.get(DESCRIBE_CLUSTER)
+    if offered is None or offered[1] < 2:
+        return None
+    try:
+        resp = await client.request(DESCRIBE_CLUSTER, 2, {"include_cluster_authorized_operations": False,
+                                                          "endpoint_type": 1, "include_fenced_brokers": True})
+    except UpstreamError as e:
+        log.warning("DescribeCluster for the registered brokers failed: %s", e)
+        return None
+    if resp["error_code"] != 0:
+        return None
+    return {b["broker_id"] for b in resp["brokers"]}
 
 
 async def _open_shared_listeners(port: int, host: str) -> list[trio.SocketListener]:
