@@ -50,6 +50,11 @@ class BrokerClientError(Exception):
     """A broker could not be reached, closed the connection, or answered nonsense."""
 
 
+class StaleConnectionError(BrokerClientError):
+    """A connection that had served requests was closed by the broker (it restarted, or closed an
+    idle connection): the request may be sent again on a new one."""
+
+
 class UnsupportedApiError(BrokerClientError):
     """The broker does not offer an API (or no version this client speaks) in its ApiVersions."""
 
@@ -154,6 +159,8 @@ class _Connection:
             frame = memoryview(self._read_exactly(size))
         except _PeerClosed:
             self.close()
+            if self.answered:
+                raise StaleConnectionError(f"broker {self.address} closed the connection during {spec.name}") from None
             if self.versions and not self.authenticating and not self.answered:
                 # What a SASL listener does to a client that did not log in; a close after
                 # answers (a broker stopped or killed) is not for want of SASL.
@@ -163,6 +170,8 @@ class _Connection:
             raise BrokerClientError(f"broker {self.address} closed the connection during {spec.name}") from None
         except OSError as exc:
             self.close()
+            if self.answered and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+                raise StaleConnectionError(f"{spec.name} to {self.address} failed: {exc}") from None
             raise BrokerClientError(f"{spec.name} to {self.address} failed: {exc}") from None
         got, pos = decode_response_header(frame, spec.response_header_version(version))
         if got != corr:
@@ -220,13 +229,22 @@ class BrokerClient:
         return conn
 
     def _call(self, address: tuple[str, int], api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        conn = self._connection(address)
-        version = conn.version(api_key)
-        try:
-            return conn.request(api_key, version, body), version
-        except BrokerClientError:
-            self._connections.pop(address, None)
-            raise
+        """One request; a connection the broker closed since its last answer (a broker restarted
+        while this one sat in the pool) is replaced once. Every request this client sends may be
+        repeated: reads, and DeleteRecords to a fixed offset."""
+        for attempt in range(2):
+            conn = self._connection(address)
+            version = conn.version(api_key)
+            try:
+                return conn.request(api_key, version, body), version
+            except StaleConnectionError:
+                self._connections.pop(address, None)
+                if attempt:
+                    raise
+            except BrokerClientError:
+                self._connections.pop(address, None)
+                raise
+        raise AssertionError("unreachable")
 
     def _any_broker(self, api_key: int, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         errors: list[BrokerClientError] = []

@@ -275,6 +275,9 @@ class PartitionCopier:
                  leader_epoch)
         self.metrics.add(self.tp.topic, leader_changes=1)
         self.leader, self.leader_epoch = leader, leader_epoch
+        # The failures were the old leader's (refused while it died): the new one is tried now.
+        self.failures = 0
+        self.backoff_until = 0.0
 
     # --- lineage (KIP-405) ---------------------------------------------------------------------
 
