@@ -376,10 +376,10 @@ class PartitionCopier:
                         builder.add_aborted(txn.producer_id, txn.first_offset, txn.last_offset)
             log.info("%s: rewriting remote segment %d..%d up to %d", self.tp, segment.start_offset,
                      segment.end_offset, builder.end_offset)
+            self._upload(builder)
         except BaseException:
-            builder.discard()
+            builder.discard()  # a storage failure leaves it: the whole cut is tried again
             raise
-        self._upload(builder)
 
     # --- copying ---------------------------------------------------------------------------------
 
