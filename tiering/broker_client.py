@@ -50,6 +50,15 @@ class BrokerClientError(Exception):
     """A broker could not be reached, closed the connection, or answered nonsense."""
 
 
+class LeaderMovedError(BrokerClientError):
+    """The broker asked no longer leads the partition (or not at the leader epoch asked)."""
+
+
+# The answers that say so: the next metadata names the leader to ask.
+LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                          ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
+
+
 class StaleConnectionError(BrokerClientError):
     """A connection that had served requests was closed by the broker (it restarted, or closed an
     idle connection): the request may be sent again on a new one."""

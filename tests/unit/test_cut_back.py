@@ -1,4 +1,4 @@
-"""Cutting a diverged remote tier back (tiering/copy/copier.py, ``_cut_back``) on a real local-folder
+"""Cutting a diverged remote tier back (tiering/copy/divergence.py) on a real local-folder
 tier and journal metadata store: the segment straddling the cut is rewritten up to it byte for
 byte, the segments beyond are deleted, the divergence is recorded once, and repeating the cut
 after a crash between the rewrite and the deletes finishes it without a second rewrite."""
@@ -13,7 +13,10 @@ import pytest
 from protocol.record_set import iter_batches
 from protocol.records import Record, build_batch
 from tiering.config import TieringConfig, TopicTiering
-from tiering.copy.copier import GapLog, PartitionCopier, TieringMetrics
+from tiering.copy.copier import PartitionCopier
+from tiering.copy.divergence import RemoteTierCutter
+from tiering.copy.gap_log import GapLog
+from tiering.copy.metrics import TieringMetrics
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.journal_store import FileMetadataStore
 from tiering.model import RemoteLogDivergence, TopicIdPartition
@@ -54,6 +57,10 @@ def copier(tmp_path: Path):
     rlmm.close()
 
 
+def cutter(copier: PartitionCopier) -> RemoteTierCutter:
+    return RemoteTierCutter(TP, copier.rlmm, copier.rsm, copier.spool_dir, copier._upload, copier._delete_segment)
+
+
 def remote_log(copier: PartitionCopier) -> bytes:
     return b"".join(copier.rsm.fetch_log_segment(s, 0) for s in copier.rlmm.copied_segments(TP))
 
@@ -61,7 +68,7 @@ def remote_log(copier: PartitionCopier) -> bytes:
 def test_the_straddling_segment_is_rewritten_up_to_the_cut_and_the_rest_deleted(copier):
     whole = remote_log(copier)
     segments = copier.rlmm.copied_segments(TP)
-    copier._cut_back(150, segments, 1, {1: (0, 150)})
+    assert cutter(copier).cut(150, segments, 1, 0, 4096) == 150
     kept = copier.rlmm.copied_segments(TP)
     assert [(s.start_offset, s.end_offset) for s in kept] == [(0, 99), (100, 149)]
     assert kept[1].segment_leader_epochs == ((0, 100),)
@@ -69,22 +76,21 @@ def test_the_straddling_segment_is_rewritten_up_to_the_cut_and_the_rest_deleted(
     assert [b.base_offset for b, _ in iter_batches(remote_log(copier))][-1] == 140
     assert copier.rlmm.divergences(TP) == [RemoteLogDivergence(TP, 150, 299, 1, 0, copier.rlmm.divergences(TP)[0]
                                                                .event_timestamp_ms)]
-    assert copier.metrics.divergences == 1 and copier.metrics.diverged_offsets == 150
     assert all(s.state.name == "COPY_SEGMENT_FINISHED" for s in copier.rlmm.list_remote_log_segments(TP))
     assert len(list(copier.rsm.root.rglob("*.log"))) == 2  # the deleted segments' objects are gone
 
 
 def test_a_cut_repeated_after_a_crash_before_the_deletes_finishes_without_a_second_rewrite(copier):
     segments = copier.rlmm.copied_segments(TP)
-    copier._rewrite_up_to(segments[1], 150, segments[:1])  # the crash: rewritten, nothing deleted yet
+    cutter(copier).rewrite_up_to(segments[1], 150, segments[:1], 4096)  # the crash: nothing deleted yet
     copier.rlmm.put_remote_log_divergence(RemoteLogDivergence(TP, 150, 299, 1, 0, 1))
-    copier._cut_back(150, copier.rlmm.copied_segments(TP), 1, {1: (0, 150)})
+    cutter(copier).cut(150, copier.rlmm.copied_segments(TP), 1, 0, 4096)
     kept = copier.rlmm.copied_segments(TP)
     assert [(s.start_offset, s.end_offset) for s in kept] == [(0, 99), (100, 149)]
     assert len(copier.rlmm.divergences(TP)) == 1
 
 
 def test_a_cut_at_a_segment_boundary_rewrites_nothing(copier):
-    copier._cut_back(200, copier.rlmm.copied_segments(TP), 1, {1: (1, 200)})
+    assert cutter(copier).cut(200, copier.rlmm.copied_segments(TP), 1, 1, 4096) == 100
     assert [(s.start_offset, s.end_offset) for s in copier.rlmm.copied_segments(TP)] == [(0, 99), (100, 199)]
     assert copier.metrics.copied_segments == 3  # the three of the fixture, none rewritten

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from proxy.filters.metrics import ProxyCollector
-from tiering.copy.copier import TieringMetrics
+from tiering.copy.metrics import TieringMetrics
 
 
 def test_leader_changes_and_divergences_are_counters() -> None:

@@ -27,12 +27,9 @@ exponentially; the open segment is kept, so nothing is fetched twice.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.control_records import ControlType, decode_control_record
@@ -40,17 +37,24 @@ from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.record_set import iter_batches
 from protocol.records import decode_records
-from protocol.remote_formats.transaction_index import decode_transaction_index
-from tiering.broker_client import EARLIEST, BrokerClient, BrokerClientError, UnsupportedApiError
+from tiering.broker_client import (
+    EARLIEST,
+    LEADER_MOVED,
+    BrokerClient,
+    BrokerClientError,
+    LeaderMovedError,
+    UnsupportedApiError,
+)
 from tiering.config import TopicTiering
-from tiering.copy.lineage import LineageUnknown, divergence_point, lineage_of
+from tiering.copy.divergence import RemoteTierCutter, find_divergence
+from tiering.copy.gap_log import GapLog
+from tiering.copy.lineage import lineage_of
 from tiering.copy.local_retention import local_retention_target
+from tiering.copy.metrics import TieringMetrics
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import InvalidStateTransitionError
 from tiering.model import (
-    IndexType,
-    RemoteLogDivergence,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -66,60 +70,10 @@ PASS_BYTE_BUDGET = 256 << 20
 # DeleteRecords failures in a row (each on a new pass, after a metadata refresh) that turn a
 # partition's local retention off.
 _DELETE_RECORDS_ATTEMPTS = 5
-# Errors that say the partition's leader is elsewhere or of another epoch: the next round's
-# metadata names the new one, and the copier checks its lineage before copying on.
-_LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                           ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
-# Bytes of a remote segment read at a time when one is rewritten up to a divergence.
-_REWRITE_CHUNK_BYTES = 8 << 20
-
-
-class LeaderMovedError(BrokerClientError):
-    """The broker asked is no longer the partition's leader of the epoch the copier follows."""
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class TieringMetrics:
-    """Counters shared by all copiers (read by the proxy's metrics)."""
-
-    copied_segments: int = 0
-    copied_bytes: int = 0
-    copy_errors: int = 0
-    deleted_segments: int = 0
-    deleted_bytes: int = 0
-    orphans_cleaned: int = 0
-    data_loss_gaps: int = 0
-    data_loss_offsets: int = 0
-    local_log_start_moves: int = 0
-    delete_records_failures: int = 0  # DeleteRecords that failed on the connection
-    local_retention_off: int = 0  # partitions whose brokers cannot move their log start
-    copy_requests: int = 0
-    fenced: int = 0  # passes stopped because a newer owner fenced this instance's writes
-    leader_changes: int = 0  # leader epochs a copier followed (its lineage checked again)
-    divergences: int = 0  # remote ranges cut back because the cluster's log replaced them
-    diverged_offsets: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _by_topic: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
-
-    def add(self, topic: str | None = None, **deltas: int) -> None:
-        with self._lock:
-            per_topic = self._by_topic.setdefault(topic, {}) if topic is not None else None
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-                if per_topic is not None:
-                    per_topic[name] = per_topic.get(name, 0) + delta
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
-
-    def by_topic(self) -> dict[str, dict[str, int]]:
-        with self._lock:
-            return {topic: dict(counts) for topic, counts in self._by_topic.items()}
 
 
 def delete_remote_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
@@ -132,28 +86,6 @@ def delete_remote_segment(rlmm: RemoteLogMetadataManager, rsm: RemoteStorageMana
     rsm.delete_log_segment_data(metadata)
     rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
         metadata.segment_id, now_ms(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, broker_id))
-
-
-class GapLog:
-    """Where data-loss gaps are recorded: one JSON object per line, appended and fsynced."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def record(self, tp: TopicIdPartition, first: int, last: int) -> None:
-        entry = {"topic": tp.topic, "topic_id": str(tp.topic_id), "partition": tp.partition,
-                 "first_offset": first, "last_offset": last, "detected_ms": now_ms()}
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry) + "\n")
-                f.flush()
-
-    def entries(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 class PartitionCopier:
@@ -284,102 +216,25 @@ class PartitionCopier:
     def _check_lineage(self, client: BrokerClient) -> None:
         """Before copying on under a leader epoch not seen yet: is the remote tier still the
         cluster's history? If the leader's log diverged (an unclean election), the remote tier is
-        cut back where it did (see :mod:`tiering.copy.lineage`). What the open segment holds came
+        cut back where it did (:mod:`tiering.copy.divergence`). What the open segment holds came
         from the previous leader: it is fetched again from the new one."""
         if self.open is not None:
             self.open.discard()
             self.open = None
             self.next_offset = None
         segments = self.rlmm.copied_segments(self.tp)
-        lineage = lineage_of(s.segment_leader_epochs for s in segments)
-        if lineage:
-            remote_end = max(s.end_offset for s in segments)
-            answers: dict[int, tuple[int, int]] = {}
-
-            def end_offset_for(epoch: int) -> tuple[int, int]:
-                error, leader_epoch, end = client.end_offset_for_epoch(
-                    self.leader, self.tp.topic, self.tp.partition, epoch, self.leader_epoch)
-                if error in _LEADER_MOVED:
-                    raise LeaderMovedError(f"OffsetForLeaderEpoch: {ErrorCode.from_code(error).name}")
-                if error != ErrorCode.NONE:
-                    raise BrokerClientError(f"OffsetForLeaderEpoch {self.tp} epoch {epoch}: "
-                                            f"{ErrorCode.from_code(error).name}")
-                answers[epoch] = (leader_epoch, end)
-                return leader_epoch, end
-
-            try:
-                cut = divergence_point(lineage, remote_end, end_offset_for, every_epoch=not self.lineage_checked)
-            except UnsupportedApiError:
-                cut = None  # brokers without leader epochs (noida-db): nothing to compare
-            except LineageUnknown as exc:
-                raise BrokerClientError(f"cannot place the remote tier of {self.tp} in the leader's history yet: "
-                                        f"{exc}") from None
-            if cut is not None:
-                self._cut_back(cut, segments, lineage[-1][0], answers)
-                self.next_offset = None
+        found = find_divergence(client, self.tp, self.leader, self.leader_epoch, segments,
+                                every_epoch=not self.lineage_checked)
+        if found is not None:
+            cut, remote_epoch, leader_epoch = found
+            cutter = RemoteTierCutter(self.tp, self.rlmm, self.rsm, self.spool_dir, self._upload, self._delete_segment)
+            offsets = cutter.cut(cut, segments, remote_epoch, leader_epoch, self.settings.index_interval_bytes)
+            self.metrics.add(self.tp.topic, divergences=1, diverged_offsets=offsets)
+            self.next_offset = None
+            self.open_transactions.clear()
+            self.transactions_seeded = False
         self.lineage_checked = True
         self.lineage_epoch = self.leader_epoch
-
-    def _cut_back(self, cut: int, segments: list[RemoteLogSegmentMetadata], remote_epoch: int,
-                  answers: dict[int, tuple[int, int]]) -> None:
-        """Remove from the remote tier every offset from ``cut`` on: record the divergence, rewrite
-        the segment that straddles it up to it, delete the segments beyond. Repeating after a crash
-        anywhere in between finds the same divergence and finishes it (the record is kept once, and
-        a rewrite already made is not made again)."""
-        remote_end = max(s.end_offset for s in segments)
-        straddling = next((s for s in segments if s.start_offset < cut <= s.end_offset), None)
-        leader_epoch = min((epoch for epoch, _ in answers.values()), default=-1)
-        log.error("DIVERGENCE: %s offsets %d..%d in the remote tier are not the cluster's history (the leader's "
-                  "log moved past remote leader epoch %d at %d: an unclean election); cutting the remote tier back "
-                  "to %d", self.tp, cut, remote_end, remote_epoch, cut, cut - 1)
-        self.rlmm.put_remote_log_divergence(RemoteLogDivergence(
-            self.tp, cut, remote_end, remote_epoch, leader_epoch, now_ms()))
-        if straddling is not None and not any(
-                s.start_offset == straddling.start_offset and s.end_offset < cut for s in segments):
-            self._rewrite_up_to(straddling, cut, [s for s in segments if s.end_offset < straddling.start_offset])
-        for segment in segments:
-            if segment.end_offset >= cut:
-                self._delete_segment(segment)
-        self.metrics.add(self.tp.topic, divergences=1, diverged_offsets=remote_end - cut + 1)
-        self.open_transactions.clear()
-        self.transactions_seeded = False
-
-    def _rewrite_up_to(self, segment: RemoteLogSegmentMetadata, cut: int,
-                       before: list[RemoteLogSegmentMetadata]) -> None:
-        """Copy ``segment``'s batches below ``cut`` as a new segment (read a chunk at a time)."""
-        builder = SegmentBuilder(self.spool_dir, self.settings.index_interval_bytes,
-                                 lineage_of(s.segment_leader_epochs for s in before))
-        try:
-            position, carry = 0, b""
-            while True:
-                chunk = self.rsm.fetch_log_segment(segment, position, position + _REWRITE_CHUNK_BYTES - 1)
-                if not chunk and not carry:
-                    break
-                data = carry + chunk
-                walker = iter_batches(data)
-                done = False
-                for header, batch in walker:
-                    if header.last_offset >= cut:
-                        done = True
-                        break
-                    builder.add(header, batch)
-                carry = bytes(data[walker.consumed:])
-                position += len(chunk)
-                if done or not chunk:
-                    break
-            if builder.empty:
-                builder.discard()
-                return
-            if not segment.tx_index_empty:
-                for txn in decode_transaction_index(self.rsm.fetch_index(segment, IndexType.TRANSACTION)):
-                    if txn.last_offset < cut:
-                        builder.add_aborted(txn.producer_id, txn.first_offset, txn.last_offset)
-            log.info("%s: rewriting remote segment %d..%d up to %d", self.tp, segment.start_offset,
-                     segment.end_offset, builder.end_offset)
-            self._upload(builder)
-        except BaseException:
-            builder.discard()  # a storage failure leaves it: the whole cut is tried again
-            raise
 
     # --- copying ---------------------------------------------------------------------------------
 
@@ -395,7 +250,7 @@ class PartitionCopier:
             if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._out_of_range(client)
                 continue
-            if answer.error_code in _LEADER_MOVED:
+            if answer.error_code in LEADER_MOVED:
                 raise LeaderMovedError(f"fetch at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")
             if answer.error_code != ErrorCode.NONE:
                 raise BrokerClientError(f"fetch {self.tp} at {self.next_offset}: {ErrorCode.from_code(answer.error_code).name}")

@@ -24,7 +24,9 @@ from pathlib import Path
 from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.client_security import ClientSecurity
 from tiering.config import TieringConfig, TopicTiering
-from tiering.copy.copier import GapLog, PartitionCopier, TieringMetrics, delete_remote_segment, now_ms
+from tiering.copy.copier import PartitionCopier, delete_remote_segment, now_ms
+from tiering.copy.gap_log import GapLog
+from tiering.copy.metrics import TieringMetrics
 from tiering.metadata.codec import metadata_partition
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import (
