@@ -4,6 +4,7 @@ admin clients (the same calls an operator's tools make)."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 ADMIN_CLIENTS = ["kafka-python", "confluent"]
@@ -28,6 +29,7 @@ class Described:
 class Admin:
     def __init__(self, client: str, bootstrap: str) -> None:
         self.client = client
+        self.bootstrap = bootstrap
         if client == "kafka-python":
             from kafka.admin import KafkaAdminClient
 
@@ -58,6 +60,21 @@ class Admin:
                 self.admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
             except KafkaException as e:
                 raise AdminError(e.args[0].code(), e.args[0].str()) from None
+        self._wait_known(topic)
+
+    def _wait_known(self, topic: str, timeout: float = 30) -> None:
+        """Until the brokers' metadata has the new topic: a KRaft broker learns of it from the
+        controller a moment after CreateTopics answers, and until then describing it fails with
+        UNKNOWN_TOPIC_OR_PARTITION (as it would for any client)."""
+        from tiering.broker_client import BrokerClient
+
+        client = BrokerClient(self.bootstrap)
+        deadline = time.monotonic() + timeout
+        try:
+            while topic not in client.metadata([topic]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            client.close()
 
     def describe(self, topic: str) -> dict[str, Described]:
         if self.client == "kafka-python":
