@@ -1,13 +1,13 @@
 """Brokers that leave and join a running cluster (issue 27, item 3), on the three-node Apache Kafka
 4.4 cluster (``kafka_three``) through one proxy that refreshes its metadata every half second:
 
-- a broker that is only stopped (fenced, still registered) keeps its proxy port: it comes back;
-- a broker removed from the cluster (stopped, then unregistered with Kafka's own
-  ``kafka-cluster unregister``) loses its port: connections to it are refused and Metadata through
-  the proxy names the other two;
-- the same broker started again registers anew, and the proxy serves it on its port again without
-  a restart (the ``base + node id`` rule, or here the explicit port map); a tiered topic led by it
-  is tiered from it and read back from offset 0 through the proxy.
+- the proxy starts in front of brokers 1 and 2 (broker 3 stopped and unregistered with Kafka's own
+  ``kafka-cluster unregister``); broker 3 then registers, and the proxy serves it on the port the
+  ``base + node id`` rule gives, without a restart; a tiered topic led by it is tiered from it and
+  read back from offset 0 through the proxy;
+- the broker, only stopped (fenced, still registered), keeps its proxy port: it may come back;
+- removed from the cluster (unregistered), it loses its port: connections to it are refused and
+  Metadata through the proxy names the other two.
 
 The cluster is restored (all three brokers registered and unfenced) before the test ends, so the
 worker's other tests on ``kafka_three`` find it as it was."""
@@ -25,13 +25,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.describe import describe
 from tests.kafka_cluster import KafkaCluster
-from tests.proxy_process import start_proxy
+from tests.proxy_process import free_port, start_proxy
 from tests.tiering_checks import wait_until
 from tiering.broker_client import BrokerClient
 
 pytestmark = pytest.mark.integration
 
-LEAVING = 3
+JOINING = 3
 CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
 RECORDS = 1500
 
@@ -53,35 +53,36 @@ def brokers_through(bootstrap: str) -> list[int]:
         client.close()
 
 
-def test_a_removed_broker_loses_its_port_and_gets_it_back_when_it_joins_again(kafka_three: KafkaCluster,
-                                                                               tmp_path: Path, unique_name: str):
+def unregister(cluster: KafkaCluster, node_id: int) -> None:
+    done = cluster.run_tool(CLUSTER_TOOL, "unregister", "--bootstrap-server", cluster.bootstrap, "--id", node_id,
+                            timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_broker_that_joins_gets_its_port_and_one_removed_loses_it(kafka_three: KafkaCluster, tmp_path: Path,
+                                                                     unique_name: str):
     cluster = kafka_three
+    cluster.stop_node(JOINING)
+    unregister(cluster, JOINING)  # the cluster the proxy starts in front of has brokers 1 and 2
+    port = free_port()
+    # Brokers 1 and 2 on the explicit map; broker 3, unknown at start, by the base + node id rule.
     proxy = start_proxy(cluster.bootstrap, tmp_path / "proxy", "--set", "proxy.metadata.refresh.ms=500",
-                        "--set", "log.segment.bytes=32768", "--set", "remote.log.manager.task.interval.ms=100")
-    port = proxy.node_ports[LEAVING]
+                        "--set", f"proxy.broker.port.base={port - JOINING}",
+                        "--set", "log.segment.bytes=32768", "--set", "remote.log.manager.task.interval.ms=100",
+                        node_ids=[1, 2])
     try:
-        assert brokers_through(proxy.bootstrap) == [1, 2, 3]
-        assert accepts(port)
-
-        cluster.stop_node(LEAVING)  # controlled shutdown: fenced, still registered
-        time.sleep(2)  # four metadata refreshes
-        assert accepts(port), "a stopped broker that is still registered lost its proxy port"
-
-        done = cluster.run_tool(CLUSTER_TOOL, "unregister", "--bootstrap-server", cluster.bootstrap,
-                                "--id", LEAVING, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert wait_until(lambda: not accepts(port), 15), "the removed broker's port still answers"
         assert brokers_through(proxy.bootstrap) == [1, 2]
-        assert f"broker node {LEAVING} left the cluster: port {port} closed" in proxy.log_text()
+        assert not accepts(port)
 
-        cluster.start_node(LEAVING)  # registers anew: a broker joining the cluster
+        cluster.start_node(JOINING)  # registers: a broker joining the running cluster
         assert wait_until(lambda: accepts(port) and brokers_through(proxy.bootstrap) == [1, 2, 3], 30), \
             proxy.log_text()[-2000:]
+        assert f"broker node {JOINING} served on port {port}" in proxy.log_text()
 
         # A tiered topic led by the broker that joined: produced, tiered and read through the proxy.
         topic = f"joined-{unique_name}"
         admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, replica_assignment=[[LEAVING, 1, 2]], config={
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=[[JOINING, 1, 2]], config={
             "remote.storage.enable": "true", "local.retention.bytes": "32768", "retention.ms": "-1"})])[topic].result(30)
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384})
         values = [f"j{i}-".encode() + bytes(200) for i in range(RECORDS)]
@@ -106,9 +107,17 @@ def test_a_removed_broker_loses_its_port_and_gets_it_back_when_it_joins_again(ka
                     got.append((message.offset(), message.value()))
         finally:
             consumer.close()
-        assert got == list(enumerate(values))
+        assert got == list(enumerate(values))  # offsets below the log start from the remote tier
+
+        cluster.stop_node(JOINING)  # controlled shutdown: fenced, still registered
+        time.sleep(2)  # four metadata refreshes
+        assert accepts(port), "a stopped broker that is still registered lost its proxy port"
+        unregister(cluster, JOINING)  # removed from the cluster
+        assert wait_until(lambda: not accepts(port), 15), "the removed broker's port still answers"
+        assert brokers_through(proxy.bootstrap) == [1, 2]
+        assert f"broker node {JOINING} left the cluster: port {port} closed" in proxy.log_text()
     finally:
         proxy.stop()
-        if not cluster.node(LEAVING).running:
-            cluster.start_node(LEAVING)
+        if not cluster.node(JOINING).running:
+            cluster.start_node(JOINING)
         cluster.wait_ready(90)
