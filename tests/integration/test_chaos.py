@@ -78,10 +78,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.describe import DescribeError, PartitionRow, describe
+from tests import reads_from_zero
 from tests.kafka_cluster import KafkaCluster, start_three
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient, BrokerClientError
@@ -563,41 +564,11 @@ def wait_tiered(proxy: ProxyProcess, cluster: KafkaCluster, topic: str, ends: di
 
 
 def read_confluent(proxy: ProxyProcess, topic: str, expected: int, timeout: float = 60) -> list[Record]:
-    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"chaos-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "enable.partition.eof": False, **RDKAFKA})
-    got: list[Record] = []
-    try:
-        consumer.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                assert msg.error() is None, msg.error()
-                got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-        for msg in consumer.consume(1000, 1.0):  # anything more would be a duplicate or a stray
-            assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return got
+    return reads_from_zero.read_confluent(proxy.bootstrap, topic, PARTITIONS, expected, timeout, **RDKAFKA)
 
 
 def read_kafka_python(proxy: ProxyProcess, topic: str, expected: int, timeout: float = 60) -> list[Record]:
-    consumer = KafkaConsumer(bootstrap_servers=proxy.bootstrap, enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=2000)
-    got: list[Record] = []
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500, max_records=2000).values():
-                got.extend((r.partition, r.offset, r.key, r.value) for r in records)
-        for records in consumer.poll(timeout_ms=1000).values():
-            got.extend((r.partition, r.offset, r.key, r.value) for r in records)
-    finally:
-        consumer.close()
-    return got
+    return reads_from_zero.read_kafka_python(proxy.bootstrap, topic, PARTITIONS, expected, timeout)
 
 
 def check_log(name: str, got: list[Record], result: ChaosResult, whole: bool = True) -> list[str]:

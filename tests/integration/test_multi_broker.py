@@ -22,12 +22,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
-from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaConsumer, TopicPartition
 
 from proxy.describe import PartitionRow, describe
+from tests import reads_from_zero
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, RemotePortSampler, start_proxy
 from tiering.broker_client import EARLIEST, BrokerClient
@@ -158,42 +157,11 @@ def wait_tiered(proxy: ProxyProcess, cluster: KafkaCluster, topic: str, ends: di
 
 
 def read_confluent(proxy: ProxyProcess, topic: str, expected: int, timeout: float = 30) -> list[Record]:
-    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"mb-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "enable.partition.eof": False})
-    got: list[Record] = []
-    try:
-        # OFFSET_BEGINNING: librdkafka asks ListOffsets EARLIEST, which the proxy answers with Rx.
-        consumer.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                assert msg.error() is None, msg.error()
-                got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-        # Anything after the last expected record would be a duplicate or a stray: look once more.
-        for msg in consumer.consume(1000, 1.0):
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return got
+    return reads_from_zero.read_confluent(proxy.bootstrap, topic, PARTITIONS, expected, timeout)
 
 
 def read_kafka_python(proxy: ProxyProcess, topic: str, expected: int, timeout: float = 30) -> list[Record]:
-    consumer = KafkaConsumer(bootstrap_servers=proxy.bootstrap, enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=2000)
-    got: list[Record] = []
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)  # ListOffsets EARLIEST through the proxy
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500, max_records=2000).values():
-                got.extend((r.partition, r.offset, r.key, r.value) for r in records)
-        for records in consumer.poll(timeout_ms=1000).values():
-            got.extend((r.partition, r.offset, r.key, r.value) for r in records)
-    finally:
-        consumer.close()
-    return got
+    return reads_from_zero.read_kafka_python(proxy.bootstrap, topic, PARTITIONS, expected, timeout)
 
 
 def check_read(name: str, got: list[Record], produced: list[Record]) -> None:
