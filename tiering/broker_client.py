@@ -170,7 +170,7 @@ class _Connection:
             self.close()
             if self.answered:
                 raise StaleConnectionError(f"broker {self.address} closed the connection during {spec.name}") from None
-            if self.versions and not self.authenticating and not self.answered:
+            if self.versions and not self.authenticating:
                 # What a SASL listener does to a client that did not log in; a close after
                 # answers (a broker stopped or killed) is not for want of SASL.
                 raise AuthenticationRequiredError(
