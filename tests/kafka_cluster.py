@@ -582,6 +582,10 @@ class KafkaCluster:
                                             stdin=subprocess.DEVNULL, cwd=node.dir, start_new_session=True)
         _started[node.process.pid] = node.process
 
+    def add_jvm_options(self, *options: str) -> None:
+        """JVM options for the nodes started from now on (a restarted node, say)."""
+        self._jvm_options.extend(options)
+
     def stop_node(self, node_id: int, timeout: float = 20, graceful: bool = True) -> None:
         """Stop one node (SIGTERM, or SIGKILL if not ``graceful``); its data and config stay."""
         node = self.node(node_id)

@@ -199,6 +199,22 @@ def direct_log(client: BrokerClient, tp: TopicIdPartition, start: int = 0) -> tu
     return bytes(out), last_stable
 
 
+def leader_offsets(bootstrap: str, topic: str, timestamp: int) -> dict[int, int]:
+    """Each partition's offset for ``timestamp`` (EARLIEST, LATEST, ...) as its leader says, asked
+    at ``bootstrap`` (the brokers themselves, not the proxy)."""
+    client = BrokerClient(bootstrap)
+    try:
+        info = client.metadata([topic])[topic]
+        found = {}
+        for p, part in sorted(info.partitions.items()):
+            error, offset = client.list_offset(part.leader, topic, p, timestamp)
+            assert error == 0, (p, timestamp, error)
+            found[p] = offset
+        return found
+    finally:
+        client.close()
+
+
 def last_stable_offset(client: BrokerClient, tp: TopicIdPartition) -> int:
     leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
     answer = client.fetch(leader, tp.topic, tp.partition, 0, max_bytes=1)

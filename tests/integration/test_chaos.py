@@ -85,7 +85,8 @@ from proxy.describe import DescribeError, PartitionRow, describe
 from tests import reads_from_zero
 from tests.kafka_cluster import KafkaCluster, start_three
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
-from tiering.broker_client import EARLIEST, LATEST, BrokerClient, BrokerClientError
+from tests.tiering_checks import leader_offsets
+from tiering.broker_client import EARLIEST, LATEST, BrokerClientError
 from tiering.metadata.view import load_metadata
 
 pytestmark = pytest.mark.integration
@@ -525,18 +526,7 @@ def create_topic(proxy: ProxyProcess, view: ClusterView, topic: str) -> None:
 
 
 def broker_offsets(cluster: KafkaCluster, topic: str, timestamp: int) -> dict[int, int]:
-    """Each partition's EARLIEST or LATEST as its leader (asked directly, not through the proxy) says."""
-    client = BrokerClient(cluster.bootstraps[cluster.listeners[0]])
-    try:
-        info = client.metadata([topic])[topic]
-        found = {}
-        for p, part in sorted(info.partitions.items()):
-            error, offset = client.list_offset(part.leader, topic, p, timestamp)
-            assert error == 0, (p, timestamp, error)
-            found[p] = offset
-        return found
-    finally:
-        client.close()
+    return leader_offsets(cluster.bootstraps[cluster.listeners[0]], topic, timestamp)
 
 
 def wait_tiered(proxy: ProxyProcess, cluster: KafkaCluster, topic: str, ends: dict[int, int],
@@ -712,7 +702,7 @@ def run_chaos(work: Path, *, kills: int = 2, shutdowns: int = 1, dwell_s: float 
     result.phase("cluster start", since)
     # Restarted brokers: the client compiler only. A JVM starting beside two busy brokers, the proxy and
     # the clients on two cores spent 15-35 s compiling its way up; what it serves here needs no C2.
-    cluster._jvm_options.append("-XX:TieredStopAtLevel=1")
+    cluster.add_jvm_options("-XX:TieredStopAtLevel=1")
     metrics_port = free_port()
     proxy: ProxyProcess | None = None
     try:

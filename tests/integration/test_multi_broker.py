@@ -29,6 +29,7 @@ from proxy.describe import PartitionRow, describe
 from tests import reads_from_zero
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, RemotePortSampler, start_proxy
+from tests.tiering_checks import leader_offsets
 from tiering.broker_client import EARLIEST, BrokerClient
 
 pytestmark = pytest.mark.integration
@@ -123,17 +124,7 @@ def produce(proxy: ProxyProcess, topic: str) -> list[Record]:
 
 def broker_log_starts(cluster: KafkaCluster, topic: str) -> dict[int, int]:
     """Each partition's log start as its leader (asked directly, no proxy) has it."""
-    client = BrokerClient(cluster.bootstrap)
-    try:
-        info = client.metadata([topic])[topic]
-        starts = {}
-        for p, part in sorted(info.partitions.items()):
-            error, offset = client.list_offset(part.leader, topic, p, EARLIEST)
-            assert error == 0, (p, error)
-            starts[p] = offset
-        return starts
-    finally:
-        client.close()
+    return leader_offsets(cluster.bootstrap, topic, EARLIEST)
 
 
 def wait_tiered(proxy: ProxyProcess, cluster: KafkaCluster, topic: str, ends: dict[int, int],
