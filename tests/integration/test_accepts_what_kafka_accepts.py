@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,6 +29,7 @@ from protocol.apis import (
     api,
 )
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
+from tests.delivery import CheckedProducer
 from tests.proxy_process import start_proxy
 
 pytestmark = pytest.mark.integration
@@ -131,10 +132,10 @@ def _admin(bootstrap: str) -> AdminClient:
 def _produce_then_read_by_regex(bootstrap: str, topic: str, partitions: int, count: int = 20) -> None:
     """``count`` records produced to ``topic``, read back by a consumer that subscribes with a
     regex matching it (``t-`` and the first hex digits of the unique name), all through ``bootstrap``."""
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap})
     for i in range(count):
         producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
-    assert producer.flush(20) == 0
+    producer.deliver_all(20)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
                          "session.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 1000})
     try:
@@ -185,10 +186,10 @@ def test_clients_without_api_versions_use_0_9_protocol_versions(kafka39, tmp_pat
     try:
         for bootstrap, topic in ((kafka39.bootstrap, unique_name + "-direct"), (proxy.bootstrap, unique_name)):
             admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-            producer = Producer({"bootstrap.servers": bootstrap, **old})
+            producer = CheckedProducer({"bootstrap.servers": bootstrap, **old})
             for i in range(50):
                 producer.produce(topic, key=str(i).encode(), value=b"x" * i)
-            assert producer.flush(30) == 0, f"{bootstrap}: produce with 0.9 protocol versions did not finish"
+            producer.deliver_all(30)
             consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
                                  **old})
             try:

@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.describe import describe
+from tests.delivery import CheckedProducer
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import free_port, start_proxy
 from tests.tiering_checks import wait_until
@@ -84,11 +85,11 @@ def test_a_broker_that_joins_gets_its_port_and_one_removed_loses_it(kafka_three:
         admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
         admin.create_topics([NewTopic(topic, 1, replica_assignment=[[JOINING, 1, 2]], config={
             "remote.storage.enable": "true", "local.retention.bytes": "32768", "retention.ms": "-1"})])[topic].result(30)
-        producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384})
+        producer = CheckedProducer({"bootstrap.servers": proxy.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384})
         values = [f"j{i}-".encode() + bytes(200) for i in range(RECORDS)]
         for value in values:
             producer.produce(topic, value=value, partition=0)
-        assert producer.flush(60) == 0
+        producer.deliver_all(60)
 
         def moved() -> bool:
             rows = describe(proxy.bootstrap, topic)

@@ -13,6 +13,7 @@ import pytest
 
 from proxy.embedded_broker import start_broker
 from tests.clients import consume_records
+from tests.delivery import CheckedProducer
 from tests.integration.faulty_http import FaultyRelay
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import free_port, start_proxy
@@ -126,9 +127,9 @@ def test_slow_s3_delays_backfill_not_the_tail(faulty, unique_name):
     reader = threading.Thread(target=backfill, daemon=True)
     reader.start()
     # Meanwhile the tail: produce and read back through the proxy, each round trip quick.
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0})
+    producer = CheckedProducer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0})
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"tail-{unique_name}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.assign([TopicPartition(tail, 0, 0)])
@@ -137,7 +138,7 @@ def test_slow_s3_delays_backfill_not_the_tail(faulty, unique_name):
         for i in range(20):
             started = time.monotonic()
             producer.produce(tail, f"t{i}".encode(), partition=0)
-            assert producer.flush(10) == 0
+            producer.deliver_all(10)
             got = None
             while got is None and time.monotonic() - started < 10:
                 m = consumer.poll(0.2)

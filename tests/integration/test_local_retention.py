@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from tests.delivery import CheckedProducer
 from tests.integration.test_tiering import FAST, direct_log_end, tier_until_caught_up
 from tests.tiering_checks import check_contiguous, create_tiered_topic, partitions_of
 from tiering.broker_client import EARLIEST, BrokerClient
@@ -24,12 +25,10 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
     (a copier never splits a batch)."""
     import random
 
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "batch.size": 2048})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 1, "batch.size": 2048})
     for i in range(count):
         producer.produce(topic, key=f"k{i}".encode(), value=random.randbytes(200), partition=0)
-    assert producer.flush(30) == 0
+    producer.deliver_all(30)
 
 
 def manager_for(bootstrap: str, topic: str, rlmm: FileMetadataStore, tmp_path: Path) -> RemoteLogManager:

@@ -8,6 +8,7 @@ import pytest
 
 from protocol.apis import FETCH, METADATA
 from tests.clients import CLIENTS, COMPRESSIONS, GroupMember, Rec, admin_round_trip, consume_all, produce
+from tests.delivery import CheckedProducer
 from tests.integration.test_metrics import scrape
 from tests.proxy_process import RemotePortSampler, free_port, start_proxy
 from tests.raw import RawClient
@@ -167,14 +168,13 @@ def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_pat
     """A multi-MiB Fetch answer no filter needs goes through the proxy as it arrives, never held
     whole: through a 64 KiB response buffer, pipelined with small requests on one connection, in
     order and byte for byte what the broker answers directly."""
-    from confluent_kafka import Producer
 
     topic = unique_name
     create_topic(upstream.bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": upstream.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
+    producer = CheckedProducer({"bootstrap.servers": upstream.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
     for i in range(3000):
         producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
-    assert producer.flush(30) == 0
+    producer.deliver_all(30)
     metrics_port = free_port()
     proxy = start_proxy(upstream.bootstrap, tmp_path / "proxy", "--set", "proxy.response.buffer.max.bytes=65536",
                         "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")

@@ -12,6 +12,7 @@ from protocol.errors import ErrorCode
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
 from tests.api_matrix import offered_with_tiering
+from tests.delivery import CheckedProducer
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
 
@@ -80,7 +81,6 @@ def test_requests_pipelined_answers_come_back_in_order(upstream, proxy):
 
 
 def test_acks_zero_produce_is_never_answered(upstream, proxy, unique_name):
-    from confluent_kafka import Producer
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
@@ -89,9 +89,9 @@ def test_acks_zero_produce_is_never_answered(upstream, proxy, unique_name):
     admin.close()
     # One acknowledged write first: Kafka closes the connection of an acks=0 Produce it cannot
     # take (a partition whose leader is not ready yet, as just after CreateTopics).
-    ready = Producer({"bootstrap.servers": proxy.bootstrap})
+    ready = CheckedProducer({"bootstrap.servers": proxy.bootstrap})
     ready.produce(unique_name, b"ready", partition=0)
-    assert ready.flush(30) == 0
+    ready.deliver_all(30)
     client = RawClient(proxy.bootstrap)
     try:
         versions = _advertised(client)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.clients import CLIENTS, Rec, Record, _headers, produce, read_to_end
+from tests.delivery import CheckedProducer
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import create_tiered_topic, wait_until
@@ -35,9 +36,8 @@ def outage_setup(own_noida, tmp_path_factory):
     topic = f"outage-{work.name}"
     create_tiered_topic(own_noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024),
                                                               "local.retention.bytes": str(128 * 1024)})
-    from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": own_noida.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    producer = CheckedProducer({"bootstrap.servers": own_noida.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     for i in range(HISTORY):
         # Incompressible values, so the remote range is megabytes, more than a client prefetches.
         producer.produce(topic, key=f"k{i}".encode(), value=f"history-{i}-".encode() + random.randbytes(150),
@@ -45,7 +45,7 @@ def outage_setup(own_noida, tmp_path_factory):
                          headers=[("n", str(i).encode())])
         if i % 10_000 == 0:
             producer.poll(0)
-    assert producer.flush(60) == 0
+    producer.deliver_all(60)
     truth = read_to_end(own_noida.bootstrap, topic, 2)
     bucket = new_bucket(server.endpoint)
     proxy = start_proxy(

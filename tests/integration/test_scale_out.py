@@ -8,6 +8,7 @@ import re
 import signal
 import time
 
+from tests.delivery import CheckedProducer
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
 from tiering.broker_client import BrokerClient
@@ -31,12 +32,13 @@ class _Segments:
 
 
 def _produce(bootstrap: str, topic: str, count: int, start: int) -> None:
-    from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Batches well under the topic's 128 KiB segment.bytes: Kafka refuses a larger one
+    # (RECORD_LIST_TOO_LARGE), and librdkafka's default batch is 1 MB.
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
     for i in range(start, start + count):
         producer.produce(topic, key=str(i).encode(), value=f"v{i}-".encode() + bytes(200), partition=i % PARTITIONS)
-    assert producer.flush(30) == 0
+    producer.deliver_all(30)
 
 
 def _copied_partitions(log_text: str, topic: str) -> set[int]:
@@ -72,9 +74,7 @@ def test_two_proxies_divide_the_copying_and_one_takes_over(kafka, tmp_path, uniq
         assert wait_until(divided, 30)  # both members in the group before there is anything to copy
         owned_a, owned_b = _owned_metadata_partitions(first.log_text()), _owned_metadata_partitions(second.log_text())
         _produce(kafka.bootstrap, topic, 12_000, 0)
-        # The last offset each partition holds, from what was produced: a fetch right after the
-        # flush once reported a last stable offset a third short, and a partition whose copy
-        # was already past that low mark made the takeover check below pass too early.
+        # The last offset each partition holds, from what was produced (every record delivered).
         wanted = {tp: 12_000 // PARTITIONS - 1 for tp in tps}
         assert wait_until(lambda: all(segments.ends(tps).get(tp, -1) >= wanted[tp] for tp in tps), 90)
         # Each instance copies exactly the partitions whose metadata partition it owns. (Which

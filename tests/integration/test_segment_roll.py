@@ -9,6 +9,7 @@ import time
 
 from confluent_kafka import Producer
 
+from tests.delivery import CheckedProducer
 from tests.integration.test_tiering import FAST, tier_until_caught_up
 from tests.tiering_checks import check_contiguous, create_tiered_topic, partitions_of
 from tiering.broker_client import BrokerClient
@@ -24,14 +25,14 @@ PER_BURST = 300
 def test_segments_roll_by_record_time_in_the_middle_of_a_backlog(own_noida, tmp_path, unique_name):
     create_tiered_topic(own_noida.bootstrap, unique_name, partitions=1,
                         **{"segment.bytes": str(64 << 20), "segment.ms": str(SEGMENT_MS)})
-    producer = Producer({"bootstrap.servers": own_noida.bootstrap, "linger.ms": 5})
+    producer = CheckedProducer({"bootstrap.servers": own_noida.bootstrap, "linger.ms": 5})
     # Bursts 2 * segment.ms apart in record time, an hour ago: a backlog the copier meets whole.
     start_ms = int(time.time() * 1000) - 3_600_000
     for burst in range(BURSTS):
         for i in range(PER_BURST):
             producer.produce(unique_name, value=b"v" * 100, partition=0,
                              timestamp=start_ms + burst * 2 * SEGMENT_MS + i)
-        assert producer.flush(30) == 0
+        producer.deliver_all(30)
     client = BrokerClient(own_noida.bootstrap)
     try:
         (tp,) = partitions_of(client, unique_name)

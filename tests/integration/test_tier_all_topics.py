@@ -12,6 +12,7 @@ import pytest
 
 from proxy.embedded_broker import EmbeddedBroker, start_broker
 from tests.admin_clients import Admin
+from tests.delivery import CheckedProducer
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import check_segment, direct_log, partitions_of, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
@@ -64,16 +65,14 @@ def produce_small_batches(bootstrap: str, topic: str) -> None:
     between batches (one large batch would make one large segment)."""
     import random
 
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 4096,
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 4096,
                          "compression.type": "lz4"})
     for i in range(MESSAGES):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}-".encode() + random.randbytes(150),
                          partition=i % PARTITIONS)
         if i % 1000 == 0:
             producer.poll(0)
-    assert producer.flush(60) == 0
+    producer.deliver_all(60)
 
 
 def remote_segments(data_dir: Path, topic: str) -> dict[int, list[RemoteLogSegmentMetadata]]:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.certs import make_certificates
+from tests.delivery import CheckedProducer
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
 
@@ -31,14 +32,14 @@ def tls_proxy(noida, tmp_path_factory):
 def _round_trip(client: str, bootstrap: str, topic: str, certs) -> list[bytes]:  # noqa: ANN001
     values = [f"{client}-{i}".encode() for i in range(MESSAGES)]
     if client == "confluent":
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
 
         tls = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(certs.ca),
                "ssl.certificate.location": str(certs.client_cert), "ssl.key.location": str(certs.client_key)}
-        producer = Producer(tls)
+        producer = CheckedProducer(tls)
         for v in values:
             producer.produce(topic, v, partition=0)
-        assert producer.flush(30) == 0
+        producer.deliver_all(30)
         consumer = Consumer({**tls, "group.id": f"tls-{time.time()}", "auto.offset.reset": "earliest"})
         consumer.subscribe([topic])
         got: list[bytes] = []
@@ -151,12 +152,12 @@ def test_tls_toward_the_brokers(tmp_path, unique_name):
         admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1, config={"remote.storage.enable": "true", "segment.bytes": "16384",
                                                          "segment.ms": "1000"})])[topic].result(30)
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
 
-        producer = Producer({"bootstrap.servers": proxy.bootstrap})
+        producer = CheckedProducer({"bootstrap.servers": proxy.bootstrap})
         for i in range(3000):
             producer.produce(topic, f"m{i}".encode() + bytes(100), partition=0)
-        assert producer.flush(30) == 0
+        producer.deliver_all(30)
         # Tansu answered this new group's first JoinGroup only after 23 s with librdkafka's
         # default 45 s session; with 6 s, at once.
         consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"g-{unique_name}",

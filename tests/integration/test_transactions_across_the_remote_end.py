@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.clients import consume_records, read_to_end
+from tests.delivery import CheckedProducer
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import create_tiered_topic, wait_until
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
@@ -32,18 +33,17 @@ def _remote_end(data_dir: Path, topic: str) -> int:
 
 
 def _produce(bootstrap: str, topic: str, count: int, prefix: str, *, transactional_id: str | None = None) -> None:
-    from confluent_kafka import Producer
 
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384}
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
-    producer = Producer(config)
+    producer = CheckedProducer(config)
     if transactional_id is not None:
         producer.init_transactions(30)
         producer.begin_transaction()
     for i in range(count):
         producer.produce(topic, key=f"{prefix}{i}".encode(), value=prefix.encode() + VALUE, partition=0)
-    assert producer.flush(30) == 0
+    producer.deliver_all(30)
     if transactional_id is not None:
         producer.abort_transaction(30)
 

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 
+from tests.delivery import CheckedProducer
 from tests.integration.faulty_http import FaultyRelay
 from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket, s3_client
 from tests.proxy_process import start_proxy
@@ -35,9 +36,8 @@ TAKEOVER_MARGIN_S = 8.0
 
 
 def _produce_until(bootstrap: str, topic: str, stop: threading.Event) -> None:
-    from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
     i = 0
     while not stop.is_set() and i < 200_000:  # bounded: about 80 s at the pace below
         for _ in range(250):
@@ -45,7 +45,7 @@ def _produce_until(bootstrap: str, topic: str, stop: threading.Event) -> None:
             i += 1
         producer.poll(0)
         stop.wait(0.1)
-    assert producer.flush(30) == 0
+    producer.deliver_all(30)
 
 
 def _owned(log_text: str) -> set[int]:
