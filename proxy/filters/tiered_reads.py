@@ -111,6 +111,9 @@ class TopicCounters:
             return {topic: dict(counter) for topic, counter in self._counts.items()}
 
 
+_LOG_ENDS_TTL_S = 1.0
+
+
 def _int(props: Mapping[str, str], key: str, default: int) -> int:
     value = props.get(key)
     return int(value) if value not in (None, "") else default
@@ -141,6 +144,10 @@ class TieredReads(Filter):
         self.not_available = 0
         self.room_timeouts = 0  # requests that went ahead without room in the remote fetch buffer
         self.by_topic = TopicCounters()  # remote fetch requests, bytes, errors per topic
+        # The brokers' high watermark and last stable offset per partition read remotely, and
+        # when they were asked: a remote answer carries them, as Kafka's own remote reads do.
+        # Asked again after _LOG_ENDS_TTL_S; a value that old is still above every remote offset.
+        self._log_ends: dict[TopicIdPartition, tuple[float, int, int]] = {}
         self._keyed_from: list[TopicIdPartition] | None = None  # _tiered_by's lookups, and what from
         self._keyed: dict[str, dict[PartitionKey, TopicIdPartition]] = {}
         policy = props.get("proxy.fetch.routing.policy", "broker-first")
@@ -320,10 +327,20 @@ class TieredReads(Filter):
                 except RemoteStorageError as exc:
                     results[i] = exc
 
+            async def ask_log_ends(tp: TopicIdPartition) -> None:
+                ends = await trio.to_thread.run_sync(self.tiering.manager.log_ends, tp, limiter=self.limiter,
+                                                     abandon_on_cancel=True)
+                if ends is not None:
+                    self._log_ends[tp] = (time.monotonic(), *ends)
+
+            now = time.monotonic()
             with trio.move_on_after(self.max_wait_s):
                 async with trio.open_nursery() as nursery:
                     for i, (_, tp, offset, _) in enumerate(to_read):
                         nursery.start_soon(read_one, i, tp, offset, int(limits[i] * scale))
+                    for tp in {tp for _, tp, _, _ in to_read}:
+                        if now - self._log_ends.get(tp, (-_LOG_ENDS_TTL_S, 0, 0))[0] >= _LOG_ENDS_TTL_S:
+                            nursery.start_soon(ask_log_ends, tp)
             holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True
@@ -341,6 +358,7 @@ class TieredReads(Filter):
                     continue  # deleted since: the broker's OFFSET_OUT_OF_RANGE stands
                 p["error_code"] = ErrorCode.NONE
                 p["records"] = result.records
+                self._fill_log_ends(p, tp, version)
                 if version >= 4:
                     p["aborted_transactions"] = [
                         {"producer_id": pid, "first_offset": first} for pid, first in result.aborted
@@ -350,6 +368,19 @@ class TieredReads(Filter):
                 self.by_topic.add(tp.topic, requests=1, bytes=result.size)
         if changed:
             message.changed()
+
+    def _fill_log_ends(self, p: dict[str, Any], tp: TopicIdPartition, version: int) -> None:
+        """A remote answer's high watermark, last stable offset and log start (the remote log
+        start) where the brokers' OFFSET_OUT_OF_RANGE left -1: clients take them for lag and for
+        the end of the partition (kcat -e, enable.partition.eof)."""
+        ends = self._log_ends.get(tp)
+        if ends is not None:
+            p["high_watermark"] = max(p.get("high_watermark", -1), ends[1])
+            if version >= 4:
+                p["last_stable_offset"] = max(p.get("last_stable_offset", -1), ends[2])
+        rx = self.reader.log_start(tp)
+        if version >= 5 and rx is not None and p.get("log_start_offset", -1) < 0:
+            p["log_start_offset"] = rx
 
     def _drop_ended_transactions(self, tp: TopicIdPartition, offset: int, p: dict[str, Any]) -> bool:
         """Remove from a broker's answer the aborted transactions that ended before the fetch

@@ -179,6 +179,8 @@ def test_oldest_versions_in_use_read_the_history_from_offset_0(history, fetch_ve
     from protocol.record_set import iter_batches
     from protocol.records import decode_records
 
+    broker = BrokerClient(history.broker.bootstrap)
+    leader = broker.metadata([history.topic])[history.topic].partitions[0].leader
     for partition in range(PARTITIONS):
         error, earliest, *_ = _list_offsets(history.proxy, history.topic, list_offsets_version, {partition: EARLIEST})[partition]
         assert (error, earliest) == (ErrorCode.NONE, 0)
@@ -196,6 +198,13 @@ def test_oldest_versions_in_use_read_the_history_from_offset_0(history, fetch_ve
             client.close()
         (result,) = answer["responses"][0]["partitions"]
         assert result["error_code"] == ErrorCode.NONE
+        # The log's ends as the leader says them and the remote log start, as Kafka's own remote
+        # reads answer (the broker's OFFSET_OUT_OF_RANGE that the proxy replaced carried -1).
+        assert result["high_watermark"] == broker.list_offset(leader, history.topic, partition, LATEST)[1]
+        assert result["last_stable_offset"] == broker.list_offset(leader, history.topic, partition, LATEST,
+                                                                  read_committed=True)[1]
+        if fetch_version >= 5:
+            assert result["log_start_offset"] == 0
         records = [r for header, batch in iter_batches(result["records"]) if not header.is_control
                    for r in decode_records(batch)]
         want = history.everything[partition]

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
-from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
+from protocol.errors import ErrorCode
+from tiering.broker_client import LATEST, BrokerClient, BrokerClientError, TopicInfo
 from tiering.client_security import ClientSecurity
 from tiering.config import TieringConfig, TopicTiering
 from tiering.copy.copier import PartitionCopier, delete_remote_segment, now_ms
@@ -168,6 +169,21 @@ class RemoteLogManager:
         except (BrokerClientError, OSError, KeyError) as exc:
             log.warning("%s: cannot ask the brokers which transactions ended above the remote tier: %s", tp, exc)
             return None
+
+    def log_ends(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        """The partition's high watermark and last stable offset as its leader says now (ListOffsets
+        LATEST, read_uncommitted and read_committed), for Fetch answers served from the remote tier:
+        the brokers' OFFSET_OUT_OF_RANGE they replace carries -1 for both. None when the brokers
+        cannot say now."""
+        client = self._client()
+        try:
+            leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
+            hw_error, high_watermark = client.list_offset(leader, tp.topic, tp.partition, LATEST)
+            lso_error, last_stable = client.list_offset(leader, tp.topic, tp.partition, LATEST, read_committed=True)
+        except (BrokerClientError, OSError, KeyError) as exc:
+            log.warning("%s: cannot ask the brokers for the log end of a remote read's answer: %s", tp, exc)
+            return None
+        return (high_watermark, last_stable) if hw_error == lso_error == ErrorCode.NONE else None
 
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
