@@ -1,16 +1,20 @@
-"""Deep reads by several consumers at once through ``proxy.workers=1`` against ``proxy.workers=N``,
-in one run.
+"""Reads by several consumers at once through ``proxy.workers=1`` against ``proxy.workers=N``, in
+one run, on Apache Kafka 4.4 (issue 26, item 5).
 
-An embedded noida-db holds a 3-partition topic that a proxy tiered (metadata topic, local-folder
-tier) and trimmed to its open segment, so reading it from offset 0 comes from the remote tier (the
-topic and its tiering are tests/bench/spark_backfill.py's). Then, alternating
-(1, N, 1, N, ... ``--repeat`` times), a fresh ``tiered-proxy serve`` with that many workers on the
-same metadata topic and remote folder, and ``--consumers`` confluent-kafka consumer processes
-that each read the whole topic from offset 0 at the same time. Prints, per worker count, the
-aggregate payload MB/s (median and range), its ratio to one worker, and the proxy's CPU seconds
-per GB served (all its processes). Broker, proxies and consumers share this machine's cores.
+A single-node Kafka 4.4 broker (tests/kafka_cluster.py) holds the same records in two 3-partition
+topics, written through a first proxy (tests/bench/backfill.py's data): an untiered one, read
+through the proxy's pass-through path, and a tiered one (metadata topic, local-folder tier) whose
+log start that proxy moved past all but one segment, so reading it from offset 0 comes from the
+remote tier. Then, alternating (1, N, 1, N, ... ``--repeat`` times), a fresh ``tiered-proxy serve``
+with that many workers on the same metadata topic and remote folder, and ``--consumers``
+confluent-kafka consumer processes that each read a whole topic from offset 0 at the same time,
+first the untiered topic, then the tiered one. Prints, per path and worker count, the aggregate
+payload MB/s (median and range), its ratio to one worker, and the proxy's CPU seconds per GB served
+(all its processes). Broker, proxies and consumers share this machine's cores.
 
-    python -m tests.bench.workers [--megabytes 100] [--consumers 4] [--workers 2] [--repeat 3]
+    python -m tests.bench.workers [--megabytes 100] [--consumers 3] [--workers 2] [--repeat 3] [--client raw]
+
+``--client raw`` reads with tests/bench/wire_speed.py's raw Fetch loop instead of consumers.
 """
 
 from __future__ import annotations
@@ -24,21 +28,38 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxy.embedded_broker import start_broker
-from tests.bench.spark_backfill import PARTITIONS, TOPIC, produce, wait_tiered
+from tests.bench.backfill import DIRECT_TOPIC, PARTITIONS, TIERED_TOPIC, log_starts, produce
+from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import wait_until
 from tiering.broker_client import BrokerClient
 
 METADATA = "topic://bench-workers-metadata"
+PATHS = {"pass-through": DIRECT_TOPIC, "remote tier": TIERED_TOPIC}
 
 
-def consume(bootstrap: str, count: int, out: mp.Queue) -> None:
+def wait_tiered(client: BrokerClient, timeout: float) -> bool:
+    """Until local retention has moved every partition's log start past 0 and it has not moved for
+    5 s (the copier runs every 200 ms)."""
+    seen: list[int] = []
+    since = time.monotonic()
+
+    def settled() -> bool:
+        nonlocal seen, since
+        starts = log_starts(client, 1, TIERED_TOPIC)
+        if starts != seen:
+            seen, since = starts, time.monotonic()
+        return min(starts) > 0 and time.monotonic() - since >= 5
+
+    return wait_until(settled, timeout)
+
+
+def consume(bootstrap: str, topic: str, count: int, out: mp.Queue) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}",
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got = payload = 0
     deadline = time.monotonic() + 600
     while got < count and time.monotonic() < deadline:
@@ -48,6 +69,18 @@ def consume(bootstrap: str, count: int, out: mp.Queue) -> None:
                 payload += len(message.value())
     consumer.close()
     out.put((got, payload))
+
+
+def read_raw(bootstrap: str, topic: str, count: int, out: mp.Queue) -> None:
+    """tests/bench/wire_speed.py's raw Fetch loop (one Fetch in flight, batch headers only): a
+    client that costs little per byte, so the proxy's share shows. Bytes are record bytes as
+    stored (lz4)."""
+    from tests.bench.wire_speed import raw_fetch_loop
+
+    out.put((count, raw_fetch_loop(bootstrap, topic, 1).record_bytes))
+
+
+CLIENTS = {"confluent": consume, "raw": read_raw}
 
 
 def proxy_cpu_seconds(proxy: ProxyProcess) -> float:
@@ -63,10 +96,10 @@ def proxy_cpu_seconds(proxy: ProxyProcess) -> float:
     return total
 
 
-def measure(bootstrap: str, count: int, consumers: int) -> tuple[float, int]:
-    """(seconds, payload bytes) for ``consumers`` processes each reading everything at once."""
+def measure(bootstrap: str, topic: str, count: int, consumers: int, client: str) -> tuple[float, int]:
+    """(seconds, bytes) for ``consumers`` processes each reading ``topic`` at once."""
     queue: mp.Queue = mp.Queue()
-    procs = [mp.Process(target=consume, args=(bootstrap, count, queue)) for _ in range(consumers)]
+    procs = [mp.Process(target=CLIENTS[client], args=(bootstrap, topic, count, queue)) for _ in range(consumers)]
     started = time.monotonic()
     for p in procs:
         p.start()
@@ -81,25 +114,30 @@ def measure(bootstrap: str, count: int, consumers: int) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--megabytes", type=int, default=100, help="payload per topic")
     parser.add_argument("--value-bytes", type=int, default=1000)
     parser.add_argument("--segment-mb", type=int, default=4)
-    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--consumers", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--client", choices=tuple(CLIENTS), default="confluent",
+                        help="confluent: consumer processes, MB/s of payload; raw: raw Fetch loops, MB/s of "
+                             "record bytes as stored")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    broker = start_broker("noida", work / "broker")
+    broker = start_single(work / "broker")
     proxies: list[ProxyProcess] = []
+    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
     try:
-        count = produce(broker.bootstrap, args.megabytes, args.value_bytes, args.segment_mb)
         common = ("--metadata", METADATA, "--data-dir", str(work / "data"))
         tiering = start_proxy(broker.bootstrap, work / "tiering", *common,
                               "--set", "remote.log.manager.task.interval.ms=200")
         proxies.append(tiering)
+        # Through the proxy: Kafka without its own tiered storage refuses remote.storage.enable.
+        count = produce(tiering.bootstrap, [DIRECT_TOPIC, TIERED_TOPIC], args.megabytes, args.value_bytes,
+                        args.segment_mb, "lz4", tiered={TIERED_TOPIC})
         assert wait_tiered(BrokerClient(broker.bootstrap), 600), "tiering did not finish"
         tiering.stop()
-        figures: dict[int, list[tuple[float, float]]] = {1: [], args.workers: []}
         for _ in range(args.repeat):
             for workers in (1, args.workers):
                 proxy = start_proxy(broker.bootstrap, work / f"w{workers}", *common,
@@ -107,26 +145,29 @@ def main() -> None:
                                     "--set", "remote.log.manager.task.interval.ms=60000", timeout=60)
                 proxies.append(proxy)
                 assert wait_until(lambda p=proxy, w=workers: p.log_text().count("proxy listening on") >= w, 60)
-                cpu_before = proxy_cpu_seconds(proxy)
-                seconds, payload = measure(proxy.bootstrap, count, args.consumers)
-                cpu = proxy_cpu_seconds(proxy) - cpu_before
+                for path, topic in PATHS.items():
+                    cpu_before = proxy_cpu_seconds(proxy)
+                    seconds, payload = measure(proxy.bootstrap, topic, count, args.consumers, args.client)
+                    cpu = proxy_cpu_seconds(proxy) - cpu_before
+                    figures.setdefault((path, workers), []).append((payload / seconds / 1e6, cpu / (payload / 1e9)))
+                    print(f"  {path}, workers={workers}: {payload / seconds / 1e6:7.1f} MB/s, proxy CPU "
+                          f"{cpu / (payload / 1e9):5.2f} s/GB", flush=True)
                 proxy.stop(timeout=45)
-                figures[workers].append((payload / seconds / 1e6, cpu / (payload / 1e9)))
-                print(f"  workers={workers}: {payload / seconds / 1e6:7.1f} MB/s, proxy CPU "
-                      f"{cpu / (payload / 1e9):5.2f} s/GB", flush=True)
     finally:
         for proxy in proxies:
             proxy.stop()
         broker.stop()
-    base = statistics.median(mbs for mbs, _ in figures[1])
-    print(f"\n{args.consumers} consumers reading {args.megabytes} MB each from offset 0 (remote tier), "
-          f"{args.repeat} runs, {os.cpu_count()} cores shared with broker and consumers")
-    print(f"{'workers':>8} {'MB/s median':>12} {'range':>15} {'ratio':>7} {'CPU s/GB':>9}")
-    for workers, runs in figures.items():
-        speeds = [mbs for mbs, _ in runs]
-        median = statistics.median(speeds)
-        print(f"{workers:>8} {median:>12.1f} {min(speeds):>7.1f}-{max(speeds):<7.1f} {median / base:>7.2f} "
-              f"{statistics.median(c for _, c in runs):>9.2f}")
+    print(f"\n{args.consumers} {args.client} clients each reading {args.megabytes} MB from offset 0 through the proxy, Kafka "
+          f"{broker.release.version}, {args.repeat} runs, {os.cpu_count()} cores shared with broker and consumers")
+    print(f"{'path':>13} {'workers':>8} {'MB/s median':>12} {'range':>15} {'ratio':>7} {'CPU s/GB':>9}")
+    for path in PATHS:
+        base = statistics.median(mbs for mbs, _ in figures[(path, 1)])
+        for workers in (1, args.workers):
+            runs = figures[(path, workers)]
+            speeds = [mbs for mbs, _ in runs]
+            median = statistics.median(speeds)
+            print(f"{path:>13} {workers:>8} {median:>12.1f} {min(speeds):>7.1f}-{max(speeds):<7.1f} "
+                  f"{median / base:>7.2f} {statistics.median(c for _, c in runs):>9.2f}")
 
 
 if __name__ == "__main__":
