@@ -6,12 +6,14 @@ supervisor stops every worker. The metadata store is a topic on Apache Kafka 4.4
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -28,11 +30,14 @@ MESSAGES = 6000
 
 
 def two_free_ports() -> int:
-    """A port P with P+1 also free (worker i serves metrics on P+i)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+    """A port P with P+1 also free (worker i serves metrics on P+i), below the kernel's ephemeral
+    range: a worker started again binds its port again, and in the second between, an outgoing
+    connection of any process took an ephemeral one once (the new worker could not serve metrics
+    and exited, three times, and the supervisor stopped the proxy)."""
+    low, _ = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low - 1)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
