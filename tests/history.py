@@ -1,4 +1,4 @@
-"""A tiered topic's whole history for the read tests (tiered reads, Spark): 150k messages (keys,
+"""A tiered topic's whole history for the read tests (tiered reads, Spark): 100k messages (keys,
 headers, five codecs, ten transactions of which three aborted) in a 3-partition topic on Apache
 Kafka, behind a proxy that has moved the broker's log start past more than half of each partition
 (local retention run by the proxy). The topic is created and filled on the broker as an operator
@@ -23,7 +23,7 @@ from tiering.broker_client import EARLIEST, LATEST, BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.state import MetadataState
 
-MESSAGES = 150_000
+MESSAGES = 100_000
 PARTITIONS = 3
 SEGMENT_BYTES = 256 * 1024
 # The broker keeps at least this much of each partition (Kafka's rule, run by the proxy): well under
