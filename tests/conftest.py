@@ -80,6 +80,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # session brokers, so a test file runs on one worker, and the files that read the tiered history
 # (tests/history.py, a minute to build) share one group, scheduled first as the longest.
 HISTORY_FIXTURES = {"history", "history44", "history39"}
+# Session clusters that take 10-30 s to start: the tests that use one form one group, so that it
+# starts on one worker only (a group per file started them on both).
+SHARED_CLUSTERS = ("kafka_secure", "kafka_three", "kafka_native_tiered")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group into the node id
@@ -89,8 +92,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not HISTORY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             reads_history.add(item.nodeid)
         if item.get_closest_marker("xdist_group") is None:
+            names = getattr(item, "fixturenames", ())
+            cluster = next((name for name in SHARED_CLUSTERS if name in names), None)
             item.add_marker(pytest.mark.xdist_group("history" if item.nodeid in reads_history
-                                                    else item.nodeid.split("::")[0]))
+                                                    else cluster or item.nodeid.split("::")[0]))
     items.sort(key=lambda item: item.nodeid not in reads_history)
 
 
