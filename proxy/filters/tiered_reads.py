@@ -339,7 +339,7 @@ class TieredReads(Filter):
                     for i, (_, tp, offset, _) in enumerate(to_read):
                         nursery.start_soon(read_one, i, tp, offset, int(limits[i] * scale))
                     for tp in {tp for _, tp, _, _ in to_read}:
-                        if now - self._log_ends.get(tp, (-_LOG_ENDS_TTL_S, 0, 0))[0] >= _LOG_ENDS_TTL_S:
+                        if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S:
                             nursery.start_soon(ask_log_ends, tp)
             holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
             for i, (p, tp, offset, _) in enumerate(to_read):

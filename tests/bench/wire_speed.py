@@ -166,6 +166,7 @@ class RawRead:
     first_byte_ms: list[float]  # request sent -> the answer's first byte
     transfer_ms: list[float]  # the answer's first byte -> its last
     record_bytes: int = 0  # read in all
+    end_offsets: list[int] = field(default_factory=list)  # where the last pass ended, per partition
 
 
 def raw_fetch_loop(bootstrap: str, topic: str, passes: int, timeout: float = 300) -> RawRead:
@@ -222,7 +223,7 @@ def raw_fetch_loop(bootstrap: str, topic: str, passes: int, timeout: float = 300
                 high[part["partition_index"]] = part["high_watermark"]
                 for batch, _ in iter_batches(records):
                     offsets[part["partition_index"]] = batch.last_offset + 1
-        return RawRead(size / (time.perf_counter() - started) / 1e6, first_byte, transfer, size)
+        return RawRead(size / (time.perf_counter() - started) / 1e6, first_byte, transfer, size, offsets)
     finally:
         sock.close()
 

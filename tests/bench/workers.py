@@ -71,13 +71,14 @@ def consume(bootstrap: str, topic: str, count: int, out: mp.Queue) -> None:
     out.put((got, payload))
 
 
-def read_raw(bootstrap: str, topic: str, count: int, out: mp.Queue) -> None:
+def read_raw(bootstrap: str, topic: str, _count: int, out: mp.Queue) -> None:
     """tests/bench/wire_speed.py's raw Fetch loop (one Fetch in flight, batch headers only): a
     client that costs little per byte, so the proxy's share shows. Bytes are record bytes as
-    stored (lz4)."""
+    stored (lz4); records, the offsets it reached (the topics hold no control records)."""
     from tests.bench.wire_speed import raw_fetch_loop
 
-    out.put((count, raw_fetch_loop(bootstrap, topic, 1).record_bytes))
+    read = raw_fetch_loop(bootstrap, topic, 1)
+    out.put((sum(read.end_offsets), read.record_bytes))
 
 
 CLIENTS = {"confluent": consume, "raw": read_raw}
@@ -124,6 +125,11 @@ def main() -> None:
                         help="confluent: consumer processes, MB/s of payload; raw: raw Fetch loops, MB/s of "
                              "record bytes as stored")
     args = parser.parse_args()
+    if args.megabytes < 24 * args.segment_mb:
+        # Half-random values compress to about half; a partition needs segments beyond the one
+        # local retention keeps before any of it is read from the remote tier.
+        parser.error(f"--megabytes {args.megabytes} is too little for --segment-mb {args.segment_mb}: "
+                     f"at least {24 * args.segment_mb} (3 partitions of several segments each)")
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     broker = start_single(work / "broker")
     proxies: list[ProxyProcess] = []

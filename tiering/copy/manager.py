@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from protocol.errors import ErrorCode
 from tiering.broker_client import LATEST, BrokerClient, BrokerClientError, TopicInfo
@@ -42,6 +43,7 @@ from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PROGRESS_INTERVAL_S = 5.0  # long deletes log how far they are
 
@@ -162,28 +164,32 @@ class RemoteLogManager:
     def aborted_transactions_at(self, tp: TopicIdPartition, offset: int) -> list[tuple[int, int]] | None:
         """The brokers' aborted transactions at ``offset`` (BrokerClient's ``aborted_transactions_at``),
         for the remote reader's threads; None also when the brokers cannot be asked now."""
-        client = self._client()
-        try:
-            leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
-            return client.aborted_transactions_at(leader, tp.topic, tp.partition, offset)
-        except (BrokerClientError, OSError, KeyError) as exc:
-            log.warning("%s: cannot ask the brokers which transactions ended above the remote tier: %s", tp, exc)
-            return None
+        return self._ask_leader(tp, "which transactions ended above the remote tier",
+                                lambda client, leader: client.aborted_transactions_at(leader, tp.topic, tp.partition,
+                                                                                      offset))
 
     def log_ends(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         """The partition's high watermark and last stable offset as its leader says now (ListOffsets
         LATEST, read_uncommitted and read_committed), for Fetch answers served from the remote tier:
         the brokers' OFFSET_OUT_OF_RANGE they replace carries -1 for both. None when the brokers
         cannot say now."""
+        def ask(client: BrokerClient, leader: int) -> tuple[int, int] | None:
+            hw_error, high_watermark = client.list_offset(leader, tp.topic, tp.partition, LATEST)
+            lso_error, last_stable = client.list_offset(leader, tp.topic, tp.partition, LATEST, read_committed=True)
+            return (high_watermark, last_stable) if hw_error == lso_error == ErrorCode.NONE else None
+
+        return self._ask_leader(tp, "for the log end of a remote read's answer", ask)
+
+    def _ask_leader(self, tp: TopicIdPartition, what: str, call: Callable[[BrokerClient, int], T]) -> T | None:
+        """``call(client, leader)`` with this thread's client and the partition's leader as the
+        brokers' metadata names it now; None, logged, when the brokers cannot be asked."""
         client = self._client()
         try:
             leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
-            hw_error, high_watermark = client.list_offset(leader, tp.topic, tp.partition, LATEST)
-            lso_error, last_stable = client.list_offset(leader, tp.topic, tp.partition, LATEST, read_committed=True)
+            return call(client, leader)
         except (BrokerClientError, OSError, KeyError) as exc:
-            log.warning("%s: cannot ask the brokers for the log end of a remote read's answer: %s", tp, exc)
+            log.warning("%s: cannot ask the brokers %s: %s", tp, what, exc)
             return None
-        return (high_watermark, last_stable) if hw_error == lso_error == ErrorCode.NONE else None
 
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
