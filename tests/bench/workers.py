@@ -13,6 +13,7 @@ payload MB/s (median and range), its ratio to one worker, and the proxy's CPU se
 (all its processes). Broker, proxies and consumers share this machine's cores.
 
     python -m tests.bench.workers [--megabytes 100] [--consumers 3] [--workers 2] [--repeat 3] [--client raw]
+                                  [--keep-work-dir]
 
 ``--client raw`` reads with tests/bench/wire_speed.py's raw Fetch loop instead of consumers.
 """
@@ -24,11 +25,11 @@ import multiprocessing as mp
 import os
 import re
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from tests.bench.backfill import DIRECT_TOPIC, PARTITIONS, TIERED_TOPIC, log_starts, produce
+from tests.bench.process_hygiene import run_in_work_dir
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import wait_until
@@ -124,13 +125,18 @@ def main() -> None:
     parser.add_argument("--client", choices=tuple(CLIENTS), default="confluent",
                         help="confluent: consumer processes, MB/s of payload; raw: raw Fetch loops, MB/s of "
                              "record bytes as stored")
+    parser.add_argument("--keep-work-dir", action="store_true", help="keep the working folder in /tmp")
     args = parser.parse_args()
     if args.megabytes < 24 * args.segment_mb:
         # Half-random values compress to about half; a partition needs segments beyond the one
         # local retention keeps before any of it is read from the remote tier.
         parser.error(f"--megabytes {args.megabytes} is too little for --segment-mb {args.segment_mb}: "
                      f"at least {24 * args.segment_mb} (3 partitions of several segments each)")
-    work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    # Ended by SIGTERM as by Ctrl-C; brokers and proxies still running are stopped, the folder removed.
+    run_in_work_dir("bench-workers-", args.keep_work_dir, lambda work: run(args, work))
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
     broker = start_single(work / "broker")
     proxies: list[ProxyProcess] = []
     figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
