@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.embedded_broker import EmbeddedBroker, start_broker
+from tests.integration.s3_server import SeaweedFS
 
 pytest_plugins = ["tests.kafka_fixtures"]
 
@@ -116,3 +117,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         spark_kafka_connector(pyspark.__version__)
     except (JarsUnavailable, ImportError) as e:  # the fixtures fail with it, test by test
         print(f"cannot fetch the test jars: {e}", file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory) -> Iterator[SeaweedFS]:
+    """SeaweedFS, the S3 server of the tests (tests/integration/s3_server.py), for the session."""
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as store:
+        yield store
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(seaweedfs) -> str:
+    """An S3 endpoint shared by the session's tests: each uses buckets of its own (new_bucket)."""
+    return seaweedfs.gateway().endpoint

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import fcntl
 import os
+import random
 import shutil
 import signal
 import socket
@@ -269,6 +270,28 @@ def kafka_classpath(version: str = DEFAULT_VERSION, compat: bool = True) -> str:
 # Processes
 
 _started: dict[int, subprocess.Popen] = {}
+
+
+def restartable_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct free ports below the kernel's ephemeral range, for a server that is
+    stopped and started again on the same ports: in the moment between, an outgoing connection of
+    any process can take an ephemeral port (seen once: a restarted worker could not bind its own)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    chosen: list[int] = []
+    for _ in range(200 * count):
+        port = rng.randrange(max(1024, low - 12_000), low - 1)
+        if port in chosen:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind((host, port))
+        except OSError:
+            continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"no {count} free ports below {low}")
 
 
 def free_ports(count: int, host: str = HOST) -> list[int]:

@@ -20,7 +20,7 @@ content (3 partitions, keys ``0..n``, values half random and half repeated, prod
   tiering proxy has copied nothing new for 5 s. Tansu honours Fetch byte limits, which noida-db
   does not (below), so its direct read is the steadier baseline.
 
-For each remote tier (the local folder; then moto's S3 server over HTTP, with a third topic
+For each remote tier (the local folder; then SeaweedFS's S3 gateway over HTTP, with a third topic
 ``bench-tiered-s3`` of the same content tiered to it; ``--skip-s3`` leaves S3 out) the same
 confluent-kafka consumer (librdkafka's default fetch sizes) reads every record from offset 0 in
 four ways:
@@ -71,7 +71,7 @@ the active segment, is read from the broker by variants 3 and 4 too). Its column
   poll to its last record per GB of payload, median over the repeats; less noisy than MB/s where
   all processes share the cores.
   proxy: the proxy process; broker: noida-db's process group; client: this process (the
-  consumer, librdkafka's threads included; moto's S3 server runs in a process of its own, not
+  consumer, librdkafka's threads included; SeaweedFS runs in processes of its own, not
   counted);
 - fetches: Fetch requests the consumer sent (librdkafka's statistics, taken just after the last
   record), median. Read it with noida-db's Fetch in mind: it ignores the byte limits (it answers a
@@ -98,7 +98,7 @@ or "BELOW by x%", with ", within the min-max spread" when the variant's fastest 
 goal against the reference's slowest, i.e. the noise of the run can explain the miss.
 
 At the default size a run takes about a minute with ``--skip-s3``, a few with S3. Broker,
-proxies and moto are stopped at the end, also on an error, Ctrl-C or SIGTERM (any child process
+proxies and SeaweedFS are stopped at the end, also on an error, Ctrl-C or SIGTERM (any child process
 left, e.g. a proxy whose start was interrupted, is stopped by PID); the working folder in /tmp is
 removed unless ``--keep-work-dir`` (the proxies' logs are in it).
 """
@@ -111,10 +111,8 @@ import json
 import os
 import random
 import re
-import socket
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -128,8 +126,8 @@ from protocol.apis import FETCH
 from protocol.record_set import iter_batches
 from proxy.embedded_broker import start_broker
 from tests.bench.process_hygiene import run_in_work_dir
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
-from tests.proxy_process import ProxyProcess, free_port, start_proxy
+from tests.integration.s3_server import SeaweedFS, new_bucket, s3_uri_args
+from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import wait_until
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
@@ -686,26 +684,11 @@ def print_summary(results: list[tuple[Tier, float, list[Variant]]]) -> None:
 
 
 def s3_tier(stack: contextlib.ExitStack, work: Path) -> Tier:
-    """Starts moto's S3 server in a process of its own (stopped with ``stack``; in this process
-    it would share the consumer's GIL) and names a new bucket of it as a tier."""
-    port = free_port()
-    with open(work / "moto.log", "wb") as log:
-        moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    stack.callback(stop_process, moto)
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def listening() -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-        return False
-
-    assert wait_until(listening, 30), f"moto did not start: {(work / 'moto.log').read_text()[-2000:]}"
-    bucket = new_bucket(endpoint)
-    return Tier("moto S3 (HTTP)", "s3", f"{TIERED_TOPIC}-s3", (
-        "--remote", f"s3://{bucket}/bench?endpoint_url={endpoint}&region={REGION}",
-        "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
-        "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}"))
+    """Starts SeaweedFS and its S3 gateway (processes of their own, stopped with ``stack``) and
+    names a new bucket of it as a tier."""
+    store = stack.enter_context(SeaweedFS(work / "seaweedfs"))
+    endpoint = store.gateway().endpoint
+    return Tier("SeaweedFS S3", "s3", f"{TIERED_TOPIC}-s3", s3_uri_args(new_bucket(endpoint), "bench", endpoint))
 
 
 def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:

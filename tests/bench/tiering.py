@@ -1,7 +1,7 @@
 """Tiering throughput: how fast the proxy's copier moves a backlog to the remote tier.
 
 One run: start an embedded broker, produce a backlog with confluent-kafka (the produce rate is
-the baseline printed alongside), then for each remote tier (local folder, moto's S3 server over
+the baseline printed alongside), then for each remote tier (local folder, SeaweedFS's S3 gateway over
 HTTP) start ``tiered-proxy serve`` on the backlog and time it until every byte below the last
 stable offset is in COPY_SEGMENT_FINISHED segments. Prints MB/s and the proxy's peak RSS.
 
@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.record_set import iter_batches
 from proxy.embedded_broker import start_broker
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
+from tests.integration.s3_server import SeaweedFS, new_bucket, s3_uri_args
 from tests.proxy_process import start_proxy
 from tiering.broker_client import BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
@@ -119,8 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tiering-"))
     broker = start_broker(args.broker, work / "broker")
-    moto = MotoS3()
-    moto.start()
+    store = SeaweedFS(work / "seaweedfs").start()
     try:
         produce_s, count = produce(broker.bootstrap, args.megabytes, args.segment_mb)
         ends, total = log_bytes(broker.bootstrap)
@@ -129,19 +128,16 @@ def main() -> None:
               f"segment.bytes {args.segment_mb} MiB")
         print(f"{'workload':<28}{'seconds':>9}{'MB/s':>9}{'vs produce':>12}{'proxy peak RSS MB':>20}")
         print(f"{'produce (confluent, direct)':<28}{produce_s:>9.1f}{mb / produce_s:>9.1f}{1.0:>12.2f}{'-':>20}")
-        bucket = new_bucket(moto.endpoint)
+        endpoint = store.gateway().endpoint
         for name, remote in [
             ("tier -> local folder", ()),
-            ("tier -> moto S3 (HTTP)", (
-                "--remote", f"s3://{bucket}/bench?endpoint_url={moto.endpoint}&region={REGION}",
-                "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
-                "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}")),
+            ("tier -> SeaweedFS S3", s3_uri_args(new_bucket(endpoint), "bench", endpoint)),
         ]:
             seconds, rss = run_tier(broker.bootstrap, work, name.split()[-1].strip("()"), ends, *remote)
             rate = mb / seconds
             print(f"{name:<28}{seconds:>9.1f}{rate:>9.1f}{rate / (mb / produce_s):>12.2f}{rss:>20.0f}")
     finally:
-        moto.stop()
+        store.close()
         broker.stop()
 
 

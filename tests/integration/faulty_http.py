@@ -1,5 +1,5 @@
 """A fault-injecting HTTP relay for S3 tests: it forwards every request to the real S3 server
-(moto) unless told to answer 500s or to sit on each request for a while first."""
+(SeaweedFS) unless told to answer 500s or to sit on each request for a while first."""
 
 from __future__ import annotations
 

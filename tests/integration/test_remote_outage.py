@@ -17,7 +17,7 @@ import pytest
 
 from tests.clients import CLIENTS, Rec, Record, _headers, produce, read_to_end
 from tests.delivery import CheckedProducer
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import create_tiered_topic, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
@@ -27,11 +27,10 @@ PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def outage_setup(own_noida, tmp_path_factory):
-    """A tiered topic on noida-db behind a proxy whose remote tier is a moto S3 server; the
+def outage_setup(own_noida, tmp_path_factory, seaweedfs):
+    """A tiered topic on noida-db behind a proxy whose remote tier is an S3 gateway of its own (SeaweedFS); the
     broker's log start has moved past most of partitions 0 and 1."""
-    server = MotoS3()
-    server.start()
+    server = seaweedfs.gateway()
     work = tmp_path_factory.mktemp("outage")
     topic = f"outage-{work.name}"
     create_tiered_topic(own_noida.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import (
     check_contiguous,
@@ -38,14 +38,6 @@ from tiering.storage.s3 import S3Storage
 FAST = TieringConfig(task_interval_ms=200, copy_backoff_max_ms=1000)
 
 
-@pytest.fixture(scope="module")
-def moto() -> MotoS3:
-    server = MotoS3()
-    server.start()
-    yield server
-    server.stop()
-
-
 def s3_storage(endpoint: str, bucket: str, **kwargs: object) -> S3Storage:
     return S3Storage(bucket, "tiered", endpoint_url=endpoint, region=REGION,
                      access_key_id=DUMMY_CREDENTIALS["aws_access_key_id"],
@@ -53,11 +45,11 @@ def s3_storage(endpoint: str, bucket: str, **kwargs: object) -> S3Storage:
 
 
 @pytest.fixture(params=["local", "s3"])
-def storage(request, tmp_path, moto) -> RemoteStorageManager:
+def storage(request, tmp_path, s3_endpoint) -> RemoteStorageManager:
     if request.param == "local":
         store: RemoteStorageManager = LocalFolderStorage(tmp_path / "remote")
     else:
-        store = s3_storage(moto.endpoint, new_bucket(moto.endpoint), max_attempts=2)
+        store = s3_storage(s3_endpoint, new_bucket(s3_endpoint), max_attempts=2)
     yield store
     store.close()
 
@@ -207,9 +199,8 @@ def _tiered_to(records: list, tp) -> int:
     return finished[-1].end_offset if finished else -1
 
 
-def test_s3_outage_backs_off_and_catches_up_without_touching_clients(noida, tmp_path, unique_name):
-    server = MotoS3()
-    server.start()
+def test_s3_outage_backs_off_and_catches_up_without_touching_clients(noida, tmp_path, unique_name, seaweedfs):
+    server = seaweedfs.gateway()  # its own, so stopping it leaves the session's alone
     bucket = new_bucket(server.endpoint)
     data_dir = tmp_path / "data"
     create_tiered_topic(noida.bootstrap, unique_name, partitions=2, **{"segment.bytes": str(64 * 1024)})

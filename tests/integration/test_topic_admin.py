@@ -286,16 +286,15 @@ def test_describe_shows_both_tiers(setup, unique_name):
     admin.close()
 
 
-def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path, unique_name):
-    """The remote tier (moto S3) is down while a topic is disabled with ``delete`` and another
+def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path, unique_name, seaweedfs):
+    """The remote tier (SeaweedFS's S3 gateway) is down while a topic is disabled with ``delete`` and another
     is deleted: both stay in progress; the proxy is killed (-9) and restarted with S3 back; both
     complete, no object is left, and consumers still read everything the broker holds."""
     import signal
 
-    from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket, s3_client
+    from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket, s3_client
 
-    server = MotoS3()
-    server.start()
+    server = seaweedfs.gateway()  # its own, so stopping it leaves the session's alone
     bucket = new_bucket(server.endpoint)
     args = ("--data-dir", str(tmp_path / "data"),
             "--remote", f"s3://{bucket}/tiered?endpoint_url={server.endpoint}&region={REGION}",

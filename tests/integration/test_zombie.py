@@ -2,7 +2,7 @@
 (issue 17): its late writes are fenced, it removes its upload, and the remote tier ends as if it
 had never stalled.
 
-Two proxies share a metadata topic on Apache Kafka 4.4 and one S3 bucket (moto). The first reaches S3 through a relay that holds every request for a
+Two proxies share a metadata topic on Apache Kafka 4.4 and one S3 bucket (SeaweedFS). The first reaches S3 through a relay that holds every request for a
 second, so whenever it is frozen (SIGSTOP) it is in the middle of a copy. It stays frozen past
 the group session; the second claims its metadata partitions and copies on; then the first
 resumes (SIGCONT) and finishes its upload. Its COPY_SEGMENT_FINISHED is then either written and
@@ -19,7 +19,7 @@ import time
 
 from tests.delivery import CheckedProducer
 from tests.integration.faulty_http import FaultyRelay
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket, s3_client
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, new_bucket, s3_client
 from tests.proxy_process import start_proxy
 from tests.tiering_checks import check_contiguous, create_tiered_topic, direct_log, partitions_of, wait_until
 from tiering.broker_client import BrokerClient
@@ -57,14 +57,13 @@ def _owned(log_text: str) -> set[int]:
     return owned
 
 
-def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, unique_name):
+def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, unique_name, seaweedfs):
     topic = f"zombie-{unique_name}"
     metadata_topic = f"rlmm-{unique_name}"
-    moto = MotoS3()
-    moto.start()
-    slow = FaultyRelay(moto.endpoint)
+    s3 = seaweedfs.gateway()
+    slow = FaultyRelay(s3.endpoint)
     slow.mode, slow.delay_s = "slow", 1.0
-    bucket = new_bucket(moto.endpoint)
+    bucket = new_bucket(s3.endpoint)
     credentials = ("--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
                    "--set", f"remote.log.storage.s3.secret.access.key={DUMMY_CREDENTIALS['aws_secret_access_key']}")
     common = ("--metadata", f"topic://{metadata_topic}", *credentials,
@@ -84,7 +83,7 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, un
         assert wait_until(lambda: _owned(frozen.log_text()) == set(range(METADATA_PARTITIONS)), 60), \
             frozen.log_text()[-2000:]
         other = start_proxy(kafka.bootstrap, tmp_path / "other", "--data-dir", str(tmp_path / "other-data"), *common,
-                            "--remote", f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}")
+                            "--remote", f"s3://{bucket}/t?endpoint_url={s3.endpoint}&region={REGION}")
         time.sleep(2)  # the first copying through its slow relay (the group may not have split yet)
         frozen.process.send_signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -110,7 +109,7 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, un
         tps = partitions_of(client, topic)
         store = TopicMetadataStore(kafka.bootstrap, tmp_path / "check", topic=metadata_topic,
                                    partitions=METADATA_PARTITIONS)
-        storage = storage_from_uri(f"s3://{bucket}/t?endpoint_url={moto.endpoint}&region={REGION}", **{
+        storage = storage_from_uri(f"s3://{bucket}/t?endpoint_url={s3.endpoint}&region={REGION}", **{
             "remote.log.storage.s3.access.key.id": DUMMY_CREDENTIALS["aws_access_key_id"],
             "remote.log.storage.s3.secret.access.key": DUMMY_CREDENTIALS["aws_secret_access_key"]})
         try:
@@ -133,7 +132,7 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, un
             # of the segment, never written. Which one is a race after SIGCONT; both are fenced.
             assert store.records_fenced >= 1 or "was taken over during its copy" in frozen.log_text()
             # No orphan: every object of the topic belongs to a live segment.
-            keys = [o["Key"] for page in s3_client(moto.endpoint).get_paginator("list_objects_v2").paginate(
+            keys = [o["Key"] for page in s3_client(s3.endpoint).get_paginator("list_objects_v2").paginate(
                 Bucket=bucket, Prefix=f"t/{topic}-") for o in page.get("Contents", [])]
             assert keys
             owners = {re.search(r"-([A-Za-z0-9_-]{22})\.", key).group(1) for key in keys}
@@ -152,4 +151,4 @@ def test_a_frozen_copier_is_fenced_and_leaves_nothing_behind(kafka, tmp_path, un
         for proxy in proxies:
             proxy.stop()
         slow.close()
-        moto.stop()
+        s3.stop()

@@ -3,14 +3,14 @@ at random times, then check that nothing was lost or duplicated anywhere.
 
     python -m tests.load.soak [--minutes 20] [--seed N] [--rate 400]
 
-One noida-db (it moves its log start, so backfills read the remote tier), moto S3 behind a relay
+One noida-db (it moves its log start, so backfills read the remote tier), SeaweedFS S3 behind a relay
 that can slow every request, and two ``tiered-proxy serve`` sharing the topic-based metadata
 store: ``copier`` copies every partition (``proxy.copier.ownership=all``), ``server`` only serves
 (``none``; noida-db's groups cannot hold two kafka-python members, tests/UPSTREAMS.md). An
 idempotent producer writes numbered records through ``server``; a tail consumer group reads
 through ``copier``; a backfiller reads each partition from offset 0 through either, over and
 over. Faults, one at a time: kill -9 of a proxy (restarted on its ports), a broker restart, an S3
-outage (moto stopped, then started on its port with its objects), an S3 slowdown (a second per
+outage (the S3 gateway stopped, then started on its port; the objects stay in SeaweedFS), an S3 slowdown (a second per
 request). At the end, with every fault healed: every acknowledged record is read exactly once
 from offset 0 through each proxy; every partition's remote segments are finished, contiguous and
 stored whole; and a table says what happened. ``tests/integration/test_soak.py`` runs a short one.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from proxy.embedded_broker import start_broker
 from tests.integration.faulty_http import FaultyRelay
-from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, MotoS3, new_bucket
+from tests.integration.s3_server import DUMMY_CREDENTIALS, REGION, SeaweedFS, new_bucket
 from tests.proxy_process import ProxyProcess, free_port, start_proxy
 from tests.tiering_checks import create_tiered_topic, partitions_of, wait_until
 from tiering.broker_client import BrokerClient, BrokerClientError
@@ -226,10 +226,10 @@ def run(minutes: float, work: Path, seed: int = 1, rate: int = 400, fault_every_
     result = Result(minutes)
     broker_port = free_port()
     broker = start_broker("noida", work / "broker", port=broker_port)
-    moto = MotoS3()
-    moto.start()
-    relay = FaultyRelay(moto.endpoint)
-    bucket = new_bucket(moto.endpoint)
+    seaweedfs = SeaweedFS(work / "seaweedfs").start()
+    s3 = seaweedfs.gateway()
+    relay = FaultyRelay(s3.endpoint)
+    bucket = new_bucket(s3.endpoint)
     storage_uri = f"s3://{bucket}/soak?endpoint_url={relay.endpoint}&region={REGION}"
     common = ("--metadata", "topic://soak-rlmm", "--remote", storage_uri,
               "--set", f"remote.log.storage.s3.access.key.id={DUMMY_CREDENTIALS['aws_access_key_id']}",
@@ -279,9 +279,9 @@ def run(minutes: float, work: Path, seed: int = 1, rate: int = 400, fault_every_
                     broker = start_broker("noida", work / "broker", port=broker_port)
                     result.broker_lost |= _lost_by_broker(broker.bootstrap, recent)
                 elif fault == "S3 outage":
-                    moto.stop()
+                    s3.stop()
                     time.sleep(rng.uniform(*fault_seconds))
-                    moto.start()
+                    s3.start()
                 else:
                     relay.mode, relay.delay_s = "slow", 1.0
                     time.sleep(rng.uniform(*fault_seconds))
@@ -309,7 +309,7 @@ def run(minutes: float, work: Path, seed: int = 1, rate: int = 400, fault_every_
         if store is not None:
             store.close()
         relay.close()
-        moto.stop()
+        seaweedfs.close()
         broker.stop()
     if report:
         print(result.table(), flush=True)
