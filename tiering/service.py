@@ -162,4 +162,8 @@ class TieringService:
             self.ownership.close()  # type: ignore[attr-defined]
         self.manager.stop()
         self.metadata.close()
+        requests, failures, read, written = self.storage.requests.snapshot()
+        log.info("remote tier requests: %s; failed %d; bytes read %d, written %d",
+                 ", ".join(f"{kind} {requests.get(kind, 0)}" for kind in ("GET", "PUT", "DELETE", "LIST")),
+                 sum(failures.values()), read, written)
         self.storage.close()

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from protocol.apis import all_apis
 from proxy.chain import Core, CoreMetrics, Filter
 from tiering.service import TieringService
+from tiering.storage.api import StorageRequests
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,23 @@ class RemoteReadCounters(Protocol):
     def by_topic(self) -> Any: ...  # .snapshot() -> {topic: {"requests"|"bytes"|"errors": n}}
 
     def pool_state(self) -> tuple[int, int, int]: ...
+
+
+def _storage_request_metrics(tier: str, counts: StorageRequests) -> Iterator:
+    """Requests to the remote tier by kind, what an object store bills (every retry is one more)."""
+    requests, failures, read, written = counts.snapshot()
+    sent = CounterMetricFamily("tiered_proxy_remote_storage_requests", "Requests sent to the remote tier, by kind "
+                               "(GET, PUT, DELETE, LIST), retries included", labels=["tier", "kind"])
+    failed = CounterMetricFamily("tiered_proxy_remote_storage_request_failures", "Requests to the remote tier that "
+                                 "failed: server errors, throttling, no answer", labels=["tier", "kind"])
+    for kind, count in sorted(requests.items()):
+        sent.add_metric([tier, kind], count)
+        failed.add_metric([tier, kind], failures.get(kind, 0))
+    moved = CounterMetricFamily("tiered_proxy_remote_storage_bytes", "Bytes read from and written to the remote "
+                                "tier", labels=["tier", "direction"])
+    moved.add_metric([tier, "read"], read)
+    moved.add_metric([tier, "written"], written)
+    yield from (sent, failed, moved)
 
 
 class ProxyCollector(Collector):
@@ -121,6 +139,7 @@ class ProxyCollector(Collector):
             yield CounterMetricFamily("tiered_proxy_tiered_storage_not_available",
                                       "Remote reads that failed or timed out (TIERED_STORAGE_NOT_AVAILABLE)",
                                       value=reads.not_available)
+        yield from _storage_request_metrics(tiering.storage_uri.split("?", 1)[0], tiering.storage.requests)
         busy, pool = tiering.manager.pool_state()
         yield GaugeMetricFamily("kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
                                 "Share of remote log manager threads idle", value=1 - busy / pool if pool else 1)

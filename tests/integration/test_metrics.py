@@ -51,3 +51,13 @@ def test_metrics_follow_remote_reads_and_copies(history):
     assert grew("tiered_proxy_bytes_out_total", ()) > 0 and grew("tiered_proxy_bytes_in_total", ()) > 0
     assert after[("tiered_proxy_data_loss_gaps_total", ())] == 0
     assert after[("tiered_proxy_local_log_start_moves_total", ())] > 0
+    # The remote tier's requests: each of the topic's objects was a PUT (the proxy may have tiered
+    # other tests' topics too: at least), and the reads above were GETs. Exact counts: test_storage_s3.
+    tier = f"file://{(history.data_dir / 'remote').resolve()}"
+    objects = [f for f in (history.data_dir / "remote").glob(f"{history.topic}-*/*/*") if f.is_file()]
+    assert after[("tiered_proxy_remote_storage_requests_total", (("kind", "PUT"), ("tier", tier)))] >= len(objects) > 0
+    assert after[("tiered_proxy_remote_storage_bytes_total", (("direction", "written"), ("tier", tier)))] >= sum(
+        f.stat().st_size for f in objects)
+    assert grew("tiered_proxy_remote_storage_requests_total", (("kind", "GET"), ("tier", tier))) > 0
+    assert grew("tiered_proxy_remote_storage_bytes_total", (("direction", "read"), ("tier", tier))) > 0
+    assert after[("tiered_proxy_remote_storage_request_failures_total", (("kind", "GET"), ("tier", tier)))] == 0

@@ -1,4 +1,4 @@
-"""S3Storage against moto's real HTTP server: the shared storage contract, multipart uploads, ranged
+"""S3Storage against a real S3 server over HTTP (SeaweedFS): the shared storage contract, multipart uploads, ranged
 GETs, retries and recovery when the endpoint goes away, and KIP-917 prefix records."""
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from tests.integration.faulty_http import send_s3_error
 from tests.integration.s3_server import (
     DUMMY_CREDENTIALS,
     REGION,
-    MotoS3,
     new_bucket,
     s3_client,
-    s3_endpoint,  # noqa: F401 - the session fixture, used by name
 )
 from tests.unit.test_storage_local import StorageContract, segment_data, segment_metadata
 from tiering.model import IndexType, LogSegmentData
@@ -43,13 +41,14 @@ def all_keys(endpoint: str, bucket: str) -> set[str]:
 
 
 @pytest.fixture
-def bucket(s3_endpoint) -> str:  # noqa: F811 - pytest injects the imported fixture by name
+def bucket(s3_endpoint) -> str:
     return new_bucket(s3_endpoint)
 
 
 class TestS3Storage(StorageContract):
+    deletes_per_segment = 2  # DeleteObjects: the .log alone first, then the rest in one request
     @pytest.fixture
-    def make_storage(self, s3_endpoint, bucket) -> Iterator:  # noqa: F811
+    def make_storage(self, s3_endpoint, bucket) -> Iterator:
         made: list[S3Storage] = []
 
         def make(prefix: str = "") -> S3Storage:
@@ -61,7 +60,7 @@ class TestS3Storage(StorageContract):
             storage.close()
 
     @pytest.fixture
-    def list_keys(self, s3_endpoint, bucket):  # noqa: F811
+    def list_keys(self, s3_endpoint, bucket):
         return lambda: all_keys(s3_endpoint, bucket)
 
     @pytest.fixture
@@ -97,7 +96,7 @@ class TestS3Storage(StorageContract):
         assert [r.decode() if isinstance(r, bytes) else r for r in ranges] == ["bytes=5-9", "bytes=7-"]
 
 
-def test_large_segments_go_up_in_parts(s3_endpoint, bucket):  # noqa: F811
+def test_large_segments_go_up_in_parts(s3_endpoint, bucket):
     log = os.urandom(20 * MiB)
     storage = s3_storage(s3_endpoint, bucket, "big", multipart_threshold=8 * MiB, part_size=8 * MiB)
     metadata = segment_metadata()
@@ -118,7 +117,7 @@ def test_large_segments_go_up_in_parts(s3_endpoint, bucket):  # noqa: F811
     assert storage.fetch_log_segment(metadata, 0) == log
 
 
-def test_failed_multipart_upload_is_aborted(s3_endpoint, bucket, monkeypatch):  # noqa: F811
+def test_failed_multipart_upload_is_aborted(s3_endpoint, bucket, monkeypatch):
     storage = s3_storage(s3_endpoint, bucket, "big", multipart_threshold=5 * MiB, part_size=5 * MiB)
     upload_part = storage.client.upload_part
 
@@ -141,7 +140,7 @@ def test_failed_multipart_upload_is_aborted(s3_endpoint, bucket, monkeypatch):  
     assert all_keys(s3_endpoint, bucket) == set()
 
 
-def test_changed_prefix_still_reaches_old_segments(s3_endpoint, bucket):  # noqa: F811
+def test_changed_prefix_still_reaches_old_segments(s3_endpoint, bucket):
     old = s3_storage(s3_endpoint, bucket, "old/layout")
     metadata, data = segment_metadata(), segment_data()
     custom = old.copy_log_segment_data(metadata, data)
@@ -158,9 +157,8 @@ def test_changed_prefix_still_reaches_old_segments(s3_endpoint, bucket):  # noqa
     assert all_keys(s3_endpoint, bucket) == set()
 
 
-def test_unreachable_endpoint_is_retriable_and_recovers():
-    server = MotoS3()  # a server of its own, so stopping it leaves the session's alone
-    server.start()
+def test_unreachable_endpoint_is_retriable_and_recovers(seaweedfs):
+    server = seaweedfs.gateway()  # its own, so stopping it leaves the session's alone
     try:
         bucket = new_bucket(server.endpoint)
         storage = s3_storage(server.endpoint, bucket, "p", max_attempts=3)
@@ -176,7 +174,7 @@ def test_unreachable_endpoint_is_retriable_and_recovers():
         # Three attempts with standard-mode backoff (at most 1 s, then 2 s, of jittered sleep).
         assert time.monotonic() - began < 10
 
-        server.start()  # same port; moto's objects live in this process and survive
+        server.start()  # same port; the objects stay in the store
         assert storage.fetch_log_segment(metadata, 0, 9) == data.log[:10]
     finally:
         server.stop()
@@ -211,6 +209,8 @@ def test_throttling_is_retried_then_surfaces_as_retriable():
             storage.fetch_index(segment_metadata(), IndexType.OFFSET)
         assert info.value.retriable is True
         assert _AlwaysSlowDown.requests == 3  # botocore retried: the retry config is in effect
+        # Each attempt is a request (and billed), each failed.
+        assert storage.requests.snapshot()[:2] == ({"GET": 3}, {"GET": 3})
         assert time.monotonic() - began < 10
     finally:
         server.shutdown()
@@ -218,7 +218,7 @@ def test_throttling_is_retried_then_surfaces_as_retriable():
         thread.join()
 
 
-def test_missing_bucket_is_not_retriable_and_not_a_missing_segment(s3_endpoint):  # noqa: F811
+def test_missing_bucket_is_not_retriable_and_not_a_missing_segment(s3_endpoint):
     storage = s3_storage(s3_endpoint, "no-such-bucket-here")
     with pytest.raises(RemoteStorageError) as info:
         storage.fetch_log_segment(segment_metadata(), 0)
@@ -276,7 +276,7 @@ def test_bad_s3_uris(uri):
         storage_from_uri(uri)
 
 
-def test_storage_from_uri_round_trip(s3_endpoint, bucket):  # noqa: F811
+def test_storage_from_uri_round_trip(s3_endpoint, bucket):
     storage = storage_from_uri(
         f"s3://{bucket}/from-uri?endpoint_url={s3_endpoint}&region={REGION}",
         **{

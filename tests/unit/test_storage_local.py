@@ -162,6 +162,25 @@ class StorageContract:
         # Only the deleted segment's objects went.
         assert list_keys() and all(kafka_uuid_str(other.segment_id.id) in k for k in list_keys())
 
+    # Requests a delete of one segment takes: the store's own (one per file, or one per batch).
+    deletes_per_segment: int
+
+    def test_requests_and_bytes_are_counted(self, storage):
+        metadata, data = segment_metadata(), segment_data()
+        storage.copy_log_segment_data(metadata, data)
+        written = [len(body) for body in (data.log, data.offset_index, data.time_index, data.transaction_index,
+                                          data.leader_epoch_index, data.producer_snapshot)]
+        requests, failures, read, stored = storage.requests.snapshot()
+        assert (requests, failures, read, stored) == ({"PUT": len(written)}, {}, 0, sum(written))
+        assert storage.fetch_log_segment(metadata, 10, 109) == data.log[10:110]
+        assert storage.fetch_index(metadata, IndexType.OFFSET) == data.offset_index
+        storage.delete_log_segment_data(metadata)
+        with pytest.raises(RemoteResourceNotFoundError):  # an answer, not a failure
+            storage.fetch_index(metadata, IndexType.TIMESTAMP)
+        requests, failures, read, stored = storage.requests.snapshot()
+        assert requests == {"PUT": len(written), "GET": 3, "DELETE": self.deletes_per_segment}
+        assert (failures, read, stored) == ({}, 100 + len(data.offset_index), sum(written))
+
     def test_delete_of_a_never_copied_segment_succeeds(self, storage):
         storage.delete_log_segment_data(segment_metadata())
 
@@ -247,6 +266,7 @@ class _BloatedLocalStorage(LocalFolderStorage):
 
 
 class TestLocalFolderStorage(StorageContract):
+    deletes_per_segment = 1 + len(IndexType)  # a file each, present or not
     @pytest.fixture
     def root(self, tmp_path: Path) -> Path:
         return tmp_path / "remote"

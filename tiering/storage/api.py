@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from abc import ABC, abstractmethod
 from types import TracebackType
 
@@ -47,6 +48,37 @@ class CustomMetadataTooLargeError(RemoteStorageError):
 
 
 
+class StorageRequests:
+    """Requests a remote tier was sent, by kind (``GET``, ``PUT``, ``DELETE``, ``LIST``: the classes
+    object stores bill by), every attempt counted (a retried request is billed twice), those that
+    failed (a server error, throttling, or no answer), and the bytes read and written."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        self.bytes_read = 0
+        self.bytes_written = 0
+
+    def sent(self, kind: str) -> None:
+        with self._lock:
+            self._requests[kind] = self._requests.get(kind, 0) + 1
+
+    def failed(self, kind: str) -> None:
+        with self._lock:
+            self._failures[kind] = self._failures.get(kind, 0) + 1
+
+    def moved(self, *, read: int = 0, written: int = 0) -> None:
+        with self._lock:
+            self.bytes_read += read
+            self.bytes_written += written
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int], int, int]:
+        """(requests by kind, failures by kind, bytes read, bytes written)."""
+        with self._lock:
+            return dict(self._requests), dict(self._failures), self.bytes_read, self.bytes_written
+
+
 class RemoteStorageManager(ABC):
     """KIP-405's RemoteStorageManager, synchronous.
 
@@ -56,6 +88,7 @@ class RemoteStorageManager(ABC):
     """
 
     def __init__(self, *, custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES) -> None:
+        self.requests = StorageRequests()
         if custom_metadata_max_bytes < 0:
             raise ValueError(f"custom_metadata_max_bytes must be >= 0, got {custom_metadata_max_bytes}")
         self.custom_metadata_max_bytes = custom_metadata_max_bytes

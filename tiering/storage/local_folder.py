@@ -69,9 +69,22 @@ class LocalFolderStorage(ObjectStorage):
     def path_of(self, key: str) -> Path:
         return self.root / key
 
+    @contextmanager
+    def _counted(self, kind: str) -> Iterator[None]:
+        """One request of ``kind`` (a file operation here), failed if it raises anything but
+        not-found (which S3 answers too, and which is no failure of the store)."""
+        self.requests.sent(kind)
+        try:
+            yield
+        except RemoteResourceNotFoundError:
+            raise
+        except Exception:
+            self.requests.failed(kind)
+            raise
+
     def _put(self, key: str, body: bytes | memoryview) -> None:
         path = self.path_of(key)
-        with _os_errors("write", key, reading=False):
+        with self._counted("PUT"), _os_errors("write", key, reading=False):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
@@ -92,11 +105,11 @@ class LocalFolderStorage(ObjectStorage):
             _fsync_dir(path.parent)
 
     def _get(self, key: str) -> bytes:
-        with _os_errors("read", key):
+        with self._counted("GET"), _os_errors("read", key):
             return self.path_of(key).read_bytes()
 
     def _get_range(self, key: str, start: int, end: int | None) -> bytes:
-        with _os_errors("read", key):
+        with self._counted("GET"), _os_errors("read", key):
             fd = os.open(self.path_of(key), os.O_RDONLY)
             try:
                 size = os.fstat(fd).st_size
@@ -117,7 +130,7 @@ class LocalFolderStorage(ObjectStorage):
         directories: set[Path] = set()
         for key in keys:
             path = self.path_of(key)
-            with _os_errors("delete", key, reading=False):
+            with self._counted("DELETE"), _os_errors("delete", key, reading=False):
                 # A write killed before its rename leaves a temporary file; it goes too.
                 for stray in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
                     stray.unlink(missing_ok=True)

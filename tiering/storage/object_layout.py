@@ -121,6 +121,7 @@ class ObjectStorage(RemoteStorageManager):
             for key, body in objects:
                 attempted.append(key)
                 self._put(key, body)
+                self.requests.moved(written=len(body))
         except Exception:
             # Best effort, so a failed copy leaves nothing behind; the original error is what matters.
             try:
@@ -131,16 +132,22 @@ class ObjectStorage(RemoteStorageManager):
         return self._custom_metadata(prefix, sum(len(body) for _, body in objects))
 
     def _fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None) -> bytes:
-        return self._get_range(self.object_key(metadata, LOG_SUFFIX), start, end)
+        data = self._get_range(self.object_key(metadata, LOG_SUFFIX), start, end)
+        self.requests.moved(read=len(data))
+        return data
 
     def _fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return self._get(self.object_key(metadata, index_type.value))
+        data = self._get(self.object_key(metadata, index_type.value))
+        self.requests.moved(read=len(data))
+        return data
 
     def _delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         keys = self.segment_keys(metadata)
         # The .log goes first and alone, so a crash mid-delete never leaves a complete-looking segment.
         self._delete_keys(keys[:1])
         self._delete_keys(keys[1:])
+
+    # The four primitives count the requests they send in ``self.requests`` (bytes are counted above).
 
     @abstractmethod
     def _put(self, key: str, body: bytes | memoryview) -> None:

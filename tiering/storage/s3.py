@@ -105,6 +105,20 @@ def make_s3_client(
     )
 
 
+# S3 operations by the request class object stores bill them in.
+_REQUEST_KINDS = {
+    "GetObject": "GET", "HeadObject": "GET",
+    "PutObject": "PUT", "CreateMultipartUpload": "PUT", "UploadPart": "PUT", "CompleteMultipartUpload": "PUT",
+    "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "AbortMultipartUpload": "DELETE",
+    "ListObjectsV2": "LIST", "ListObjects": "LIST", "ListMultipartUploads": "LIST", "ListParts": "LIST",
+}
+
+
+def _request_kind(event_name: str) -> str:
+    operation = event_name.rsplit(".", 1)[-1]
+    return _REQUEST_KINDS.get(operation, operation)
+
+
 class S3Storage(ObjectStorage):
     """Segments as objects in an S3 bucket (``s3://bucket/prefix`` URIs).
 
@@ -157,6 +171,20 @@ class S3Storage(ObjectStorage):
             access_key_id=access_key_id,
             secret_access_key=secret_access_key,
         )
+        # Every HTTP attempt is counted (botocore's retries included: each is billed), from
+        # botocore's own events, so no request path can forget to.
+        events = self._client.meta.events
+        events.register("before-send.s3", self._count_sent)
+        events.register("needs-retry.s3", self._count_failed)
+
+    def _count_sent(self, event_name: str, **_: Any) -> None:
+        self.requests.sent(_request_kind(event_name))
+
+    def _count_failed(self, event_name: str, response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+        """After each attempt: a server error, throttling or no answer is a failure (a 404 is an answer)."""
+        status = response[0].status_code if response is not None else None
+        if caught_exception is not None or (status is not None and (status >= 500 or status == 429)):
+            self.requests.failed(_request_kind(event_name))
 
     @property
     def client(self) -> Any:
