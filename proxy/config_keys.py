@@ -49,6 +49,7 @@ TIERED_READ_KEYS = (
     "remote.log.chunk.cache.size.bytes",
     "remote.log.chunk.size.bytes",
     "remote.log.chunk.prefetch.threads",
+    "remote.log.chunk.prefetch.max.chunks",
     "remote.log.reader.threads",
     "remote.fetch.max.wait.ms",
     "proxy.remote.fetch.buffer.max.bytes",

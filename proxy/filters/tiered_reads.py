@@ -131,8 +131,9 @@ class TieredReads(Filter):
                                    _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
                                    chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 128 << 20),
                                    chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
-                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 2),
-                                   local_aborted=tiering.manager.aborted_transactions_at)
+                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 8),
+                                   local_aborted=tiering.manager.aborted_transactions_at,
+                                   prefetch_max_chunks=_int(props, "remote.log.chunk.prefetch.max.chunks", 8))
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
         # place in the cache, so they are bounded apart from it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 import time
 
 import pytest
@@ -73,7 +74,88 @@ def test_forward_reader_finds_the_next_chunk_prefetched_across_segments(tmp_path
                 time.sleep(0.01)
         assert cache.read(second, 0, 1023) == log[:1024]
         assert cache.misses == 1  # only the very first chunk waited for the store
-        assert cache.prefetches == 4 and cache.hit_ratio == pytest.approx(4 / 5)
+        # Chunks 1-3 of the first segment and both of the second (the window grew to 8).
+        assert cache.prefetches == 5 and cache.hit_ratio == pytest.approx(4 / 5)
+    finally:
+        cache.close()
+
+
+def _settled(cache: ChunkCache) -> None:
+    """Waits (bounded) until no prefetch is queued or loading."""
+    deadline = time.monotonic() + 5
+    while (cache._queued or cache._loading) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not cache._queued and not cache._loading
+
+
+def test_the_window_grows_while_a_reader_goes_on_and_restarts_after_a_jump(tmp_path):
+    storage, metadata, log = _stored(tmp_path, 64 * 1024)
+    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=1, prefetch_max_chunks=8)
+    try:
+        fetched = []
+        for chunk, window in [(0, 2), (1, 8), (2, 8), (3, 8), (40, 2), (41, 8)]:
+            storage.reads.clear()
+            assert cache.read(metadata, chunk * 1024 + 10, chunk * 1024 + 20) == log[chunk * 1024 + 10:chunk * 1024 + 21]
+            _settled(cache)
+            fetched.append(sorted(start // 1024 for start, _ in storage.reads))
+            assert cache._streams[metadata.topic_id_partition].window == window
+        # Each read fetches what its window covers and is not cached yet: two chunks after a
+        # single read, never more than the window ahead of the reader.
+        assert fetched == [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9], [10], [11], [40, 41, 42], [43, 44, 45, 46, 47, 48, 49]]
+    finally:
+        cache.close()
+
+
+def test_the_window_is_bounded_by_the_cache_and_the_remote_end(tmp_path):
+    storage, metadata, _ = _stored(tmp_path, 6 * 1024)
+    # An eighth of a 16-chunk cache: at most two chunks ahead, whatever the setting says.
+    cache = ChunkCache(storage, max_bytes=16 * 1024, chunk_bytes=1024, prefetch_threads=2, prefetch_max_chunks=8,
+                       next_segment=lambda s: None)
+    try:
+        assert cache.max_window == 2
+        for chunk in range(6):
+            cache.read(metadata, chunk * 1024, chunk * 1024 + 1)
+            _settled(cache)
+        # Nothing past the last chunk: no segment follows.
+        assert sorted({start // 1024 for start, _ in storage.reads}) == list(range(6))
+        assert len(storage.reads) == 6
+    finally:
+        cache.close()
+
+
+class SlowStorage(CountingStorage):
+    """A store 20 ms away, counting the ranged reads in flight at once."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def fetch_log_segment(self, metadata, start_position, end_position=None):  # type: ignore[no-untyped-def]
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.02)
+            return super().fetch_log_segment(metadata, start_position, end_position)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_a_forward_reader_keeps_several_reads_in_flight(tmp_path):
+    """What hides an object store's latency (issue 28): counted, not timed."""
+    log = random.Random(3).randbytes(48 * 1024)
+    storage = SlowStorage(tmp_path / "remote")
+    metadata = dataclasses.replace(segment_metadata(0), segment_size_bytes=len(log))
+    storage.copy_log_segment_data(metadata, segment_data(log=log))
+    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=6, prefetch_max_chunks=8)
+    try:
+        for position in range(0, len(log), 1024):
+            assert cache.read(metadata, position, position + 1023) == log[position:position + 1024]
+        assert storage.most_in_flight >= 4
+        assert cache.misses <= 3  # the window ran ahead of the reader after its first reads
+        assert len(storage.reads) == 48  # every chunk fetched once
     finally:
         cache.close()
 

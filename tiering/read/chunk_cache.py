@@ -1,12 +1,21 @@
 """Remote ``.log`` objects read in fixed, aligned chunks, kept in a cache bounded in bytes, with
-the next chunk fetched ahead for readers moving forward.
+the chunks after a reader's position fetched ahead while it moves forward.
 
 A consumer backfilling a partition asks for the bytes after the ones it just got. Reading whole
-chunks (``remote.log.chunk.size.bytes``) turns its many small ranged reads into few large ones,
-and prefetching the chunk after the one a read ended in (crossing into the next segment at the end
-of one) hides the remote tier's first-byte latency from the next fetch. Memory is bounded by
-``remote.log.chunk.cache.size.bytes`` plus the chunks being fetched at one moment (at most one
-per reader thread plus ``remote.log.chunk.prefetch.threads``).
+chunks (``remote.log.chunk.size.bytes``) turns its many small ranged reads into few large ones.
+Fetching ahead hides the remote tier's first-byte latency: a reader that reads on where its last
+read ended gets a window of chunks fetched ahead (crossing into the next segments), which starts
+at two chunks and grows fourfold with each such read up to ``remote.log.chunk.prefetch.max.chunks``,
+as Linux's readahead grows its window. A reader that jumps starts again at two. So a reader that
+goes on gets many ranged GETs in flight at once (an object store 80 ms away serves a 1 MiB chunk
+at about 12 MB/s per GET), and one that reads a little costs two chunks more. (Doubling from one
+chunk took four reads to reach eight: a partition of 10 MiB in the remote tier was half read
+before its window was, tests/bench/s3_latency.py.) ``remote.log.chunk.prefetch.threads``
+bounds the GETs in flight for all readers together, and a window never holds more than an eighth
+of the cache, so chunks fetched ahead are not evicted before they are read.
+
+Memory is bounded by ``remote.log.chunk.cache.size.bytes`` plus the chunks being fetched at one
+moment (at most one per reader thread plus one per prefetch thread).
 """
 
 from __future__ import annotations
@@ -16,19 +25,35 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from tiering.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
+from tiering.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage.api import RemoteStorageManager
 
 ChunkKey = tuple[RemoteLogSegmentId, int]
+# Readers whose windows are remembered (one per partition read), least recently read dropped first.
+_MAX_STREAMS = 4096
+
+
+class _Stream:
+    """Where a partition's last read ended (segment, chunk) and its fetch-ahead window, in chunks."""
+
+    __slots__ = ("segment_id", "last", "window")
+
+    def __init__(self, segment_id: RemoteLogSegmentId, last: int, window: int) -> None:
+        self.segment_id, self.last, self.window = segment_id, last, window
 
 
 class ChunkCache:
     def __init__(self, rsm: RemoteStorageManager, max_bytes: int, chunk_bytes: int = 1 << 20,
-                 prefetch_threads: int = 2,
-                 next_segment: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata | None] | None = None
-                 ) -> None:
+                 prefetch_threads: int = 8,
+                 next_segment: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata | None] | None = None,
+                 prefetch_max_chunks: int = 8) -> None:
         if chunk_bytes <= 0:
             raise ValueError("remote.log.chunk.size.bytes must be positive")
+        if prefetch_max_chunks < 1:
+            raise ValueError("remote.log.chunk.prefetch.max.chunks must be at least 1")
+        self.max_window = max(1, min(prefetch_max_chunks, max_bytes // chunk_bytes // 8))
+        self.first_window = min(2, self.max_window)
+        self._streams: OrderedDict[TopicIdPartition, _Stream] = OrderedDict()
         self.rsm = rsm
         self.max_bytes = max_bytes
         self.chunk_bytes = chunk_bytes
@@ -36,6 +61,7 @@ class ChunkCache:
         self._chunks: OrderedDict[ChunkKey, bytes] = OrderedDict()
         self._size = 0
         self._loading: dict[ChunkKey, Future[bytes]] = {}
+        self._queued: set[ChunkKey] = set()  # prefetches submitted, not started
         self._lock = threading.Lock()
         self._prefetcher = ThreadPoolExecutor(prefetch_threads, thread_name_prefix="chunk-prefetch") \
             if prefetch_threads > 0 else None
@@ -70,7 +96,7 @@ class ChunkCache:
             base = index * self.chunk_bytes
             chunk = memoryview(self._chunk(segment, index, prefetched=False))
             pieces.append(chunk[max(start - base, 0):min(end - base + 1, len(chunk))])
-        self._prefetch_after(segment, last)
+        self._prefetch_after(segment, first, last)
         return pieces
 
     def _chunk(self, segment: RemoteLogSegmentMetadata, index: int, *, prefetched: bool) -> bytes:
@@ -116,24 +142,53 @@ class ChunkCache:
         loading.set_result(data)
         return data
 
-    def _prefetch_after(self, segment: RemoteLogSegmentMetadata, index: int) -> None:
+    def _window(self, segment: RemoteLogSegmentMetadata, first: int, last: int) -> int:
+        """The partition's fetch-ahead window after a read of chunks ``first..last``: four times
+        larger if the read went on where the last one ended (in the same chunk, the next, or at
+        the start of another segment), else back to the first window."""
+        tp = segment.topic_id_partition
+        with self._lock:
+            stream = self._streams.get(tp)
+            if stream is None:
+                stream = self._streams[tp] = _Stream(segment.segment_id, last, self.first_window)
+                if len(self._streams) > _MAX_STREAMS:
+                    self._streams.popitem(last=False)
+                return stream.window
+            self._streams.move_to_end(tp)
+            same = stream.segment_id == segment.segment_id
+            onward = stream.last <= first <= stream.last + 1 if same else first == 0
+            stream.window = min(stream.window * 4, self.max_window) if onward else self.first_window
+            stream.segment_id, stream.last = segment.segment_id, last
+            return stream.window
+
+    def _prefetch_after(self, segment: RemoteLogSegmentMetadata, first: int, last: int) -> None:
+        """Fetches the window's chunks after chunk ``last`` that are neither cached nor loading."""
         if self._prefetcher is None:
             return
-        if (index + 1) * self.chunk_bytes < segment.segment_size_bytes:
-            target: RemoteLogSegmentMetadata | None = segment
-            index += 1
-        else:
-            target = self.next_segment(segment) if self.next_segment is not None else None
-            index = 0
-        if target is None:
-            return
-        key = (target.segment_id, index)
-        with self._lock:
-            if key in self._chunks or key in self._loading:
-                return
-        self._prefetcher.submit(self._prefetch, target, index)
+        target: RemoteLogSegmentMetadata | None = segment
+        index = last
+        for _ in range(self._window(segment, first, last)):
+            assert target is not None
+            if (index + 1) * self.chunk_bytes < target.segment_size_bytes:
+                index += 1
+            else:
+                target = self.next_segment(target) if self.next_segment is not None else None
+                index = 0
+                if target is None:
+                    return  # the remote tier ends here
+            key = (target.segment_id, index)
+            with self._lock:
+                if key in self._chunks or key in self._loading or key in self._queued:
+                    continue
+                self._queued.add(key)
+            self._prefetcher.submit(self._prefetch, target, index)
 
     def _prefetch(self, segment: RemoteLogSegmentMetadata, index: int) -> None:
+        key = (segment.segment_id, index)
+        with self._lock:
+            self._queued.discard(key)
+            if key in self._chunks or key in self._loading:
+                return  # a reader got there first: no thread waits for another's GET
         try:
             self._chunk(segment, index, prefetched=True)
         except Exception:  # noqa: BLE001 - a failed prefetch is retried by the read that needs it

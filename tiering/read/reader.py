@@ -57,7 +57,8 @@ LocalAborted = Callable[[TopicIdPartition, int], "list[tuple[int, int]] | None"]
 class RemoteReader:
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                  index_cache_bytes: int = 1 << 30, chunk_cache_bytes: int = 0, chunk_bytes: int = 1 << 20,
-                 prefetch_threads: int = 2, local_aborted: LocalAborted | None = None) -> None:
+                 prefetch_threads: int = 8, local_aborted: LocalAborted | None = None,
+                 prefetch_max_chunks: int = 8) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
         self.local_aborted = local_aborted
@@ -65,7 +66,8 @@ class RemoteReader:
         # or None once the brokers have answered)
         self._across_end: dict[TopicIdPartition, tuple[int, list[tuple[int, int]], float | None]] = {}
         self.indexes = IndexCache(index_cache_bytes)
-        self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment) \
+        self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment,
+                                 prefetch_max_chunks) \
             if chunk_cache_bytes > 0 else None
 
     def close(self) -> None:
