@@ -96,6 +96,23 @@ class TestS3Storage(StorageContract):
         assert [r.decode() if isinstance(r, bytes) else r for r in ranges] == ["bytes=5-9", "bytes=7-"]
 
 
+def test_every_upload_carries_a_checksum_the_store_verifies(s3_endpoint, bucket):
+    storage = s3_storage(s3_endpoint, bucket, "sum", multipart_threshold=5 * MiB, part_size=5 * MiB)
+    sent: list[tuple[str, bool]] = []
+    storage.client.meta.events.register("before-send.s3", lambda request, event_name, **_: sent.append(
+        (event_name.rsplit(".", 1)[-1], any(k.lower().startswith("x-amz-checksum-") for k in request.headers))))
+    storage.copy_log_segment_data(segment_metadata(), segment_data(log=os.urandom(6 * MiB)))
+    uploads = [(op, summed) for op, summed in sent if op in ("PutObject", "UploadPart")]
+    assert [op for op, _ in uploads] == ["PutObject"] * 5 + ["UploadPart"] * 2
+    assert all(summed for _, summed in uploads)
+    # The store checks it: a body that does not match its checksum is refused, nothing stored.
+    client = s3_client(s3_endpoint)
+    with pytest.raises(botocore.exceptions.ClientError) as info:
+        client.put_object(Bucket=bucket, Key="corrupt", Body=b"payload", ChecksumCRC32="AAAAAA==")
+    assert info.value.response["Error"]["Code"] == "BadDigest"
+    assert "corrupt" not in all_keys(s3_endpoint, bucket)
+
+
 def test_large_segments_go_up_in_parts(s3_endpoint, bucket):
     log = os.urandom(20 * MiB)
     storage = s3_storage(s3_endpoint, bucket, "big", multipart_threshold=8 * MiB, part_size=8 * MiB)

@@ -91,8 +91,13 @@ def make_s3_client(
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        # Custom endpoints (MinIO, moto, Ceph) rarely resolve bucket subdomains.
+        # Custom endpoints (MinIO, SeaweedFS, Ceph) rarely resolve bucket subdomains.
         s3={"addressing_style": "path"} if endpoint_url else None,
+        # Every upload carries a CRC32 of its bytes (x-amz-checksum-crc32), which the store checks
+        # before storing (400 BadDigest otherwise); a GET that returns a checksum is checked
+        # against it. botocore's defaults since 1.36, said here so that no default can drop them.
+        request_checksum_calculation="when_supported",
+        response_checksum_validation="when_supported",
     )
     session = boto3.session.Session()
     return session.client(
