@@ -85,7 +85,10 @@ def test_a_broker_that_joins_gets_its_port_and_one_removed_loses_it(kafka_three:
         admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
         admin.create_topics([NewTopic(topic, 1, replica_assignment=[[JOINING, 1, 2]], config={
             "remote.storage.enable": "true", "local.retention.bytes": "32768", "retention.ms": "-1"})])[topic].result(30)
-        producer = CheckedProducer({"bootstrap.servers": proxy.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384})
+        # Idempotent, so retries keep the order: the new partition's leader may refuse the first
+        # batches, and a plain producer's retry put record 76 at offset 0 once (CI).
+        producer = CheckedProducer({"bootstrap.servers": proxy.bootstrap, "acks": "all", "linger.ms": 5,
+                                    "batch.size": 16384, "enable.idempotence": True})
         values = [f"j{i}-".encode() + bytes(200) for i in range(RECORDS)]
         for value in values:
             producer.produce(topic, value=value, partition=0)

@@ -7,13 +7,16 @@ from types import SimpleNamespace
 
 from proxy.filters.metrics import ProxyCollector
 from tiering.copy.metrics import TieringMetrics
+from tiering.storage.api import StorageRequests
 
 
 def test_leader_changes_and_divergences_are_counters() -> None:
     metrics = TieringMetrics()
     metrics.add("t", leader_changes=3, divergences=2, diverged_offsets=50, data_loss_gaps=1, data_loss_offsets=5)
     manager = SimpleNamespace(metrics=metrics, topic_sizes=dict, pool_state=lambda: (0, 1))
-    collector = ProxyCollector(None, SimpleNamespace(manager=manager), None)  # type: ignore[arg-type]
+    tiering = SimpleNamespace(manager=manager, storage_uri="file:///remote", storage=SimpleNamespace(
+        requests=StorageRequests()))
+    collector = ProxyCollector(None, tiering, None)  # type: ignore[arg-type]
     samples = {s.name: s.value for family in collector._remote_metrics() for s in family.samples}
     assert samples["tiered_proxy_leader_changes_total"] == 3
     assert samples["tiered_proxy_log_divergences_total"] == 2

@@ -176,11 +176,13 @@ class S3Storage(ObjectStorage):
             access_key_id=access_key_id,
             secret_access_key=secret_access_key,
         )
-        # Every HTTP attempt is counted (botocore's retries included: each is billed), from
-        # botocore's own events, so no request path can forget to.
-        events = self._client.meta.events
-        events.register("before-send.s3", self._count_sent)
-        events.register("needs-retry.s3", self._count_failed)
+        if self._owns_client:
+            # Every HTTP attempt is counted (botocore's retries included: each is billed), from
+            # botocore's own events, so no request path can forget to. A client passed in may
+            # serve others too: its requests are not counted here.
+            events = self._client.meta.events
+            events.register("before-send.s3", self._count_sent)
+            events.register("needs-retry.s3", self._count_failed)
 
     def _count_sent(self, event_name: str, **_: Any) -> None:
         self.requests.sent(_request_kind(event_name))
