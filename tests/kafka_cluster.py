@@ -318,7 +318,12 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _stop_processes(processes: Iterable[subprocess.Popen], timeout: float, graceful: bool = True) -> None:
+def track_process(process: subprocess.Popen) -> None:
+    """A process started in a group of its own, stopped with its group at exit if nobody stopped it."""
+    _started[process.pid] = process
+
+
+def stop_processes(processes: Iterable[subprocess.Popen], timeout: float, graceful: bool = True) -> None:
     """SIGTERM (or SIGKILL) to each process's own group, wait up to ``timeout``, then SIGKILL."""
     processes = [p for p in processes if p is not None]
     for process in processes:
@@ -342,7 +347,7 @@ def _stop_processes(processes: Iterable[subprocess.Popen], timeout: float, grace
 
 @atexit.register
 def _stop_all() -> None:
-    _stop_processes(list(_started.values()), timeout=5)
+    stop_processes(list(_started.values()), timeout=5)
 
 
 def _format_properties(properties: Mapping[str, PropertyValue]) -> str:
@@ -603,7 +608,7 @@ class KafkaCluster:
             log.flush()
             node.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=node.dir, start_new_session=True)
-        _started[node.process.pid] = node.process
+        track_process(node.process)
 
     def add_jvm_options(self, *options: str) -> None:
         """JVM options for the nodes started from now on (a restarted node, say)."""
@@ -614,7 +619,7 @@ class KafkaCluster:
         node = self.node(node_id)
         node.stopped = True
         if node.process is not None:
-            _stop_processes([node.process], timeout, graceful)
+            stop_processes([node.process], timeout, graceful)
 
     def start_node(self, node_id: int, timeout: float = 60) -> None:
         """Start a stopped node again with the same config and ports; returns once it serves metadata
@@ -632,7 +637,7 @@ class KafkaCluster:
         (its remote-log-metadata consumer retries the broker that is going away)."""
         for n in self.nodes:
             n.stopped = True
-        _stop_processes([n.process for n in self.nodes if n.process is not None], timeout)
+        stop_processes([n.process for n in self.nodes if n.process is not None], timeout)
 
     def wait_ready(self, timeout: float = 90) -> None:
         """Until every running broker answers DescribeCluster listing all running brokers unfenced."""
@@ -842,7 +847,7 @@ def _format_storage(cluster: KafkaCluster, cluster_id: str, scram: list[str], ti
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL,
                                        cwd=node.dir, start_new_session=True)
-        _started[process.pid] = process
+        track_process(process)
         running.append((node, process, out))
     deadline = time.monotonic() + timeout
     failures = []
@@ -852,7 +857,7 @@ def _format_storage(cluster: KafkaCluster, cluster_id: str, scram: list[str], ti
         except subprocess.TimeoutExpired:
             code = None
         if code is None:
-            _stop_processes([process], 1)
+            stop_processes([process], 1)
         _started.pop(process.pid, None)
         if code != 0:
             failures.append(f"--- node {node.node_id}: StorageTool format exited {code}:\n"

@@ -16,11 +16,8 @@ its S3 server takes a gateway of its own (``seaweedfs.gateway()``).
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +30,7 @@ from typing import Any
 import boto3
 import botocore.config
 
-from tests.kafka_cluster import free_ports, restartable_ports
+from tests.kafka_cluster import free_ports, restartable_ports, stop_processes, track_process
 
 # The one identity the gateways know (passed to each client, so the process environment is left alone).
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -62,9 +59,11 @@ def _listening(port: int) -> bool:
 
 
 def _start(args: list[str], log: Path, ready: Any, what: str) -> subprocess.Popen:
+    """``args`` in a process group of its own (stopped at exit if nobody stops it), once ``ready()``."""
     with open(log, "ab") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
+    track_process(process)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -73,35 +72,12 @@ def _start(args: list[str], log: Path, ready: Any, what: str) -> subprocess.Pope
             raise RuntimeError(f"{what} did not start within {START_TIMEOUT_S} s "
                                f"(exit code {process.returncode}); its log {log} ends:\n{tail}")
         time.sleep(0.05)
-    _running[process.pid] = process
     return process
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the process's own group, SIGKILL after STOP_TIMEOUT_S."""
-    _running.pop(process.pid, None)
-    if process.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 30)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-# Started here and not stopped yet: stopped at exit too, so an interrupted run leaves none behind.
-_running: dict[int, subprocess.Popen] = {}
-
-
-@atexit.register
-def _stop_running() -> None:
-    for process in list(_running.values()):
-        _stop(process)
+    """SIGTERM to the process's group, SIGKILL after STOP_TIMEOUT_S."""
+    stop_processes([process], STOP_TIMEOUT_S)
 
 
 class SeaweedFS:

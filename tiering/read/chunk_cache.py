@@ -8,9 +8,9 @@ read ended gets a window of chunks fetched ahead (crossing into the next segment
 at two chunks and grows fourfold with each such read up to ``remote.log.chunk.prefetch.max.chunks``,
 as Linux's readahead grows its window. A reader that jumps starts again at two. So a reader that
 goes on gets many ranged GETs in flight at once (an object store 80 ms away serves a 1 MiB chunk
-at about 12 MB/s per GET), and one that reads a little costs two chunks more. (Doubling from one
-chunk took four reads to reach eight: a partition of 10 MiB in the remote tier was half read
-before its window was, tests/bench/s3_latency.py.) ``remote.log.chunk.prefetch.threads``
+at about 12 MB/s per GET), and one that reads a little costs two chunks more. (A window doubling
+from one chunk needs four reads to reach eight: with 1 MiB fetches, the first 7 MiB of every
+partition's backfill.) ``remote.log.chunk.prefetch.threads``
 bounds the GETs in flight for all readers together, and a window never holds more than an eighth
 of the cache, so chunks fetched ahead are not evicted before they are read.
 
