@@ -1,19 +1,22 @@
 """Remote reads from an object store far away: the same backfill at several first-byte latencies,
-side by side in one run (issue 28).
+side by side in one run, on Apache Kafka 4.4 (issue 28).
 
     python -m tests.bench.s3_latency [--megabytes 150] [--latencies-ms 0,20,80] [--jitter-ms 5]
-                                     [--repeat 2] [--broker noida|tansu] [--keep-work-dir]
+                                     [--repeat 2] [--keep-work-dir]
 
-One embedded broker (noida-db by default: it drops what the proxy tiered, so a read from offset 0
-comes from the remote tier), SeaweedFS's S3 gateway (tests/integration/s3_server.py) and, in
-front of it, the relay of tests/integration/faulty_http.py in a process of its own, which holds
-each answer's first byte back by the latency (plus up to ``--jitter-ms``, uniform). A topic of
-``--megabytes`` MiB (3 partitions, 1 KB values, lz4, 2 MiB segments, as tests/bench/backfill.py
-writes it) is tiered through the relay at 0 ms; then, for each latency (the relay started again
-on the same port with it), fresh proxies serve one confluent-kafka consumer reading every record
-from offset 0, round-robin over the variants, ``--repeat`` times:
+A single-node Kafka 4.4 broker (tests/kafka_cluster.py), SeaweedFS's S3 gateway
+(tests/integration/s3_server.py) and, in front of it, the relay of tests/integration/faulty_http.py
+in a process of its own, which holds each answer's first byte back by the latency (plus up to
+``--jitter-ms``, uniform). A topic of ``--megabytes`` MiB (3 partitions, 1 KB values, lz4, 2 MiB
+segments, as tests/bench/backfill.py writes it) is written and tiered through a first proxy
+(metadata topic, the relay at 0 ms), whose local retention moves the broker's log start past all
+but a segment, so a read from offset 0 comes from the remote tier. Then, for each latency (the
+relay started again on the same port with it), fresh proxies serve one confluent-kafka consumer
+reading every record from offset 0, round-robin over the variants, ``--repeat`` times:
 
-- **proxy**: the defaults;
+- **proxy**: the defaults (a fetch-ahead window of up to 8 chunks per partition, 8 prefetch threads);
+- **one ahead**: ``remote.log.chunk.prefetch.max.chunks=1``, ``remote.log.chunk.prefetch.threads=2``:
+  the chunk after each read fetched ahead, as the proxy did before the window (the "before");
 - **sequential**: ``remote.log.chunk.prefetch.threads=0``: each chunk fetched when a read needs
   it, one after another per partition, as a plain remote storage plugin reads (the baseline).
 
@@ -29,37 +32,42 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.embedded_broker import start_broker
 from tests.bench.backfill import (
-    BROKER_NAMES,
     MEASURING_PROPS,
-    Tier,
+    TIERING_PROPS,
     backfill,
     cpu_meter,
     first_byte_ms,
+    log_ends,
+    log_starts,
     peak_rss_mb,
     produce,
     running_proxy,
     stop_process,
-    tier_the_topic,
 )
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.bench.workers import wait_tiered
 from tests.integration.s3_server import SeaweedFS, new_bucket, s3_uri_args
-from tests.kafka_cluster import restartable_ports
+from tests.kafka_cluster import restartable_ports, start_single
 from tests.tiering_checks import wait_until
 from tiering.broker_client import BrokerClient
 
 TOPIC = "bench-s3-latency"
+METADATA = "topic://bench-s3-latency-metadata"
 VALUE_BYTES, SEGMENT_MB, CODEC = 1000, 2, "lz4"
-VARIANTS = {"proxy": (), "sequential": ("--set", "remote.log.chunk.prefetch.threads=0")}
+VARIANTS = {
+    "proxy": (),
+    "one ahead": ("--set", "remote.log.chunk.prefetch.max.chunks=1", "--set", "remote.log.chunk.prefetch.threads=2"),
+    "sequential": ("--set", "remote.log.chunk.prefetch.threads=0"),
+}
 REQUESTS_LINE = re.compile(r"remote tier requests: GET (\d+), PUT (\d+), DELETE (\d+), LIST (\d+)")
 
 
@@ -99,10 +107,10 @@ class LatencyRelay:
             (self.work / "relay.log").unlink(missing_ok=True)
 
 
-def read_once(bootstrap: str, broker_pid: int, work: Path, args: tuple[str, ...], count: int, into: Reads) -> None:
+def read_once(bootstrap: str, broker_group: int, work: Path, args: tuple[str, ...], count: int, into: Reads) -> None:
     with running_proxy(bootstrap, work, args) as proxy:
         into.first_ms.append(first_byte_ms(proxy.bootstrap, TOPIC))
-        read = backfill(proxy.bootstrap, TOPIC, count, cpu_meter(broker_pid, proxy.process.pid))
+        read = backfill(proxy.bootstrap, TOPIC, count, cpu_meter(broker_group, proxy.process.pid))
         into.rss_mb.append(peak_rss_mb(proxy.process.pid))
     into.mb_per_s.append(read.mb_per_s)
     found = REQUESTS_LINE.search(proxy.log_text())
@@ -113,7 +121,7 @@ def read_once(bootstrap: str, broker_pid: int, work: Path, args: tuple[str, ...]
 def run(args: argparse.Namespace, work: Path) -> None:
     latencies = [float(x) for x in args.latencies_ms.split(",")]
     with contextlib.ExitStack() as stack:
-        broker = start_broker(args.broker, work / "broker")
+        broker = start_single(work / "broker")
         stack.callback(broker.stop)
         client = BrokerClient(broker.bootstrap)
         stack.callback(client.close)
@@ -121,12 +129,15 @@ def run(args: argparse.Namespace, work: Path) -> None:
         relay = LatencyRelay(store.gateway().endpoint, work)
         stack.callback(relay.stop)
         relay.start(0, 0)
-        tier = Tier("SeaweedFS S3 behind the latency relay", "s3", TOPIC,
-                    s3_uri_args(new_bucket(relay.upstream), "bench", relay.endpoint))
-        count = produce(broker.bootstrap, [TOPIC], args.megabytes, VALUE_BYTES, SEGMENT_MB, CODEC, tiered={TOPIC})
-        leader = client.metadata([TOPIC])[TOPIC].partitions[0].leader
-        remote_share = tier_the_topic(broker.bootstrap, work, tier, client, leader, args.broker == "noida")
-        proxy_args = ("--data-dir", str(work / f"data-{tier.slug}"), *tier.remote_args, *MEASURING_PROPS)
+        common = ("--metadata", METADATA, "--data-dir", str(work / "data"),
+                  *s3_uri_args(new_bucket(relay.upstream), "bench", relay.endpoint))
+        with running_proxy(broker.bootstrap, work / "tiering", (*common, *TIERING_PROPS)) as tiering:
+            # Through the proxy: Kafka without its own tiered storage refuses remote.storage.enable.
+            count = produce(tiering.bootstrap, [TOPIC], args.megabytes, VALUE_BYTES, SEGMENT_MB, CODEC,
+                            tiered={TOPIC})
+            assert wait_tiered(client, 600, TOPIC), "tiering did not finish"
+        starts, ends = log_starts(client, 1, TOPIC), log_ends(client, 1, TOPIC)
+        print(f"  tiered {TOPIC}: broker log start {starts} of log end {ends}", flush=True)
         results: dict[tuple[str, float], Reads] = {}
         for latency in latencies:
             relay.start(latency, args.jitter_ms if latency else 0)
@@ -134,14 +145,15 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 figures = []
                 for name, extra in VARIANTS.items():
                     reads = results.setdefault((name, latency), Reads())
-                    read_once(broker.bootstrap, broker.pid, work / "proxy", (*proxy_args, *extra), count, reads)
+                    read_once(broker.bootstrap, broker.nodes[0].pid, work / "proxy", (*common, *MEASURING_PROPS, *extra),
+                              count, reads)
                     figures.append(f"{name} {reads.mb_per_s[-1]:.1f} MB/s, first {reads.first_ms[-1]:.0f} ms")
                 print(f"  +{latency:.0f} ms, round {round_}/{args.repeat}: " + "; ".join(figures), flush=True)
-            time.sleep(0.5)
         print(f"\n{args.megabytes} MiB payload ({count} records, {VALUE_BYTES} B values, {CODEC}, "
-              f"{SEGMENT_MB} MiB segments, 3 partitions) on {BROKER_NAMES[args.broker]}; "
-              f"{remote_share:.0%} of the records only in the remote tier; jitter up to {args.jitter_ms:.0f} ms; "
-              f"{args.repeat} reads per cell, medians [min-max]")
+              f"{SEGMENT_MB} MiB segments, 3 partitions) on Kafka {broker.release.version}; "
+              f"{sum(starts) / sum(ends):.0%} of the records only in the remote tier; jitter up to "
+              f"{args.jitter_ms:.0f} ms; {args.repeat} reads per cell, medians [min-max]; {os.cpu_count()} cores "
+              f"shared by broker, SeaweedFS, relay, proxy and consumer")
         print(f"{'variant':<12}{'latency':>9}{'MB/s':>22}{'vs 0 ms':>9}{'1st record ms':>15}"
               f"{'peak RSS MB':>13}{'GETs/GB':>9}")
         for name in VARIANTS:
@@ -155,8 +167,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
                       f"{max(r.rss_mb):>13.0f}{gets:>9}")
         for latency in latencies:
             ours = statistics.median(results[("proxy", latency)].mb_per_s)
-            seq = statistics.median(results[("sequential", latency)].mb_per_s)
-            print(f"+{latency:.0f} ms: proxy {ours / seq:.2f}x sequential")
+            others = ", ".join(f"{ours / statistics.median(results[(name, latency)].mb_per_s):.2f}x {name}"
+                               for name in VARIANTS if name != "proxy")
+            print(f"+{latency:.0f} ms: proxy {others}")
 
 
 def main() -> None:
@@ -165,7 +178,6 @@ def main() -> None:
     parser.add_argument("--latencies-ms", default="0,20,80", help="first-byte latencies, comma-separated")
     parser.add_argument("--jitter-ms", type=float, default=5, help="up to this much more per request")
     parser.add_argument("--repeat", type=int, default=2, help="reads per variant and latency")
-    parser.add_argument("--broker", choices=tuple(BROKER_NAMES), default="noida")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the /tmp folder (proxy logs)")
     args = parser.parse_args()
     run_in_work_dir("bench-s3-latency-", args.keep_work_dir, lambda work: run(args, work))

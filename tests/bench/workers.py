@@ -39,7 +39,7 @@ METADATA = "topic://bench-workers-metadata"
 PATHS = {"pass-through": DIRECT_TOPIC, "remote tier": TIERED_TOPIC}
 
 
-def wait_tiered(client: BrokerClient, timeout: float) -> bool:
+def wait_tiered(client: BrokerClient, timeout: float, topic: str = TIERED_TOPIC) -> bool:
     """Until local retention has moved every partition's log start past 0 and it has not moved for
     5 s (the copier runs every 200 ms)."""
     seen: list[int] = []
@@ -47,7 +47,7 @@ def wait_tiered(client: BrokerClient, timeout: float) -> bool:
 
     def settled() -> bool:
         nonlocal seen, since
-        starts = log_starts(client, 1, TIERED_TOPIC)
+        starts = log_starts(client, 1, topic)
         if starts != seen:
             seen, since = starts, time.monotonic()
         return min(starts) > 0 and time.monotonic() - since >= 5

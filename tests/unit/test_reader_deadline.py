@@ -1,4 +1,5 @@
-"""A remote read spanning several segments stops starting new ones at its deadline."""
+"""A remote read spanning several segments stops starting new ones at its deadline; a reader going on
+finds where it left off without the offset index."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import time
 
 from protocol.record_set import iter_batches
 from protocol.records import Record, build_batch
+from protocol.remote_formats.offset_index import encode_offset_index
 from tests.unit.test_storage_local import segment_data, segment_metadata
 from tiering.metadata.journal_store import FileMetadataStore
-from tiering.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+from tiering.model import IndexType, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tiering.read.reader import RemoteReader
 from tiering.storage.local_folder import LocalFolderStorage
 
@@ -37,3 +39,43 @@ def test_a_read_past_its_deadline_answers_with_the_segments_it_has(tmp_path):
         # Past the deadline: the first segment still answers (progress), no further one is started.
         assert _offsets(reader.read(tp, 0, 1 << 20, deadline=time.monotonic() - 1)) == list(range(10))
         assert _offsets(reader.read(tp, 15, 1 << 20, deadline=0.0)) == list(range(10, 20))
+
+
+class _IndexCountingStorage(LocalFolderStorage):
+    """The real local store, counting the offset index reads that reach it."""
+
+    offset_index_reads = 0
+
+    def fetch_index(self, metadata, index_type):  # type: ignore[no-untyped-def]
+        if index_type is IndexType.OFFSET:
+            self.offset_index_reads += 1
+        return super().fetch_index(metadata, index_type)
+
+
+def test_a_reader_going_on_never_waits_for_an_offset_index(tmp_path):
+    """Each read starts where the last ended: its position is known without the segment's offset
+    index (a GET in series per segment on an object store, issue 28)."""
+    storage = _IndexCountingStorage(tmp_path / "remote")
+    with FileMetadataStore(tmp_path / "metadata") as rlmm:
+        batches = [build_batch([Record(b * 10 + i, 1_700_000_000_000, None, b"v" * 100, []) for i in range(10)],
+                               base_offset=b * 10) for b in range(20)]
+        log = b"".join(batches)
+        positions = [sum(len(x) for x in batches[:b]) for b in range(20)]
+        metadata = dataclasses.replace(segment_metadata(0), segment_size_bytes=len(log), end_offset=199)
+        rlmm.add_remote_log_segment_metadata(metadata)
+        index = encode_offset_index([(b * 10, positions[b]) for b in range(0, 20, 5)], 0)
+        storage.copy_log_segment_data(metadata, dataclasses.replace(segment_data(log=log), offset_index=index))
+        rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            metadata.segment_id, 1, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1))
+        reader = RemoteReader(rlmm, storage, chunk_cache_bytes=1 << 20, chunk_bytes=512, prefetch_threads=0)
+        tp = metadata.segment_id.topic_id_partition
+        offset, read = 0, []
+        while offset < 200:  # two or three batches per read, each from where the last ended
+            got = reader.read(tp, offset, 3 * len(batches[0]) - 1)
+            read += _offsets(got)
+            offset = got.next_offset
+        assert read == list(range(200))
+        assert storage.offset_index_reads == 0
+        # An offset no read ended at: the index, once (then cached), and the same batches.
+        assert _offsets(reader.read(tp, 73, len(batches[0])))[0] == 70
+        assert storage.offset_index_reads == 1

@@ -2,8 +2,11 @@
 
 ``read(tp, offset, max_bytes)`` returns whole batches, as the broker served them, starting with
 the batch that holds ``offset``: the segment comes from the metadata store, the byte position
-from the segment's offset index (then a short forward scan over batch headers), and the bytes
-from ranged reads of the ``.log`` object. At least one batch is returned whatever ``max_bytes``
+from where an earlier read ended at that offset, else from the segment's offset index (then a
+short forward scan over batch headers), and the bytes from ranged reads of the ``.log`` object.
+A consumer reading on asks for the offset after its last read's, so it never waits for an offset
+index: against an object store 80 ms away that was a GET in series for almost every segment
+(tests/bench/s3_latency.py). At least one batch is returned whatever ``max_bytes``
 says (as Kafka does), and a read that ends a segment inside its budget continues into the next.
 The aborted transactions a ``read_committed`` reader needs come from the transaction indexes, as
 Kafka's own remote reads find them: the remote tier's first, then the brokers' for a transaction
@@ -13,7 +16,9 @@ that began below the remote end and whose abort marker the remote tier does not 
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +30,7 @@ from protocol.remote_formats.offset_index import lookup_position
 from protocol.remote_formats.time_index import lookup_offset_for_timestamp
 from protocol.remote_formats.transaction_index import AbortedTxn, aborted_in_range, decode_transaction_index
 from tiering.metadata.manager import RemoteLogMetadataManager
-from tiering.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+from tiering.model import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.read.chunk_cache import ChunkCache
 from tiering.read.index_cache import IndexCache
 from tiering.storage.api import RemoteStorageManager
@@ -36,6 +41,9 @@ _SCAN_CHUNK = 64 * 1024
 # How long a partition's reads go without asking the brokers again after they could not say
 # which transactions are open across the remote end.
 _ASK_AGAIN_S = 1.0
+# Where reads ended (segment, next offset -> byte position) remembered at once, least recently
+# used dropped first: a few per reader in flight.
+_MAX_ENDS = 4096
 
 
 @dataclass
@@ -66,6 +74,8 @@ class RemoteReader:
         # or None once the brokers have answered)
         self._across_end: dict[TopicIdPartition, tuple[int, list[tuple[int, int]], float | None]] = {}
         self.indexes = IndexCache(index_cache_bytes)
+        self._ends: OrderedDict[tuple[RemoteLogSegmentId, int], int] = OrderedDict()
+        self._ends_lock = threading.Lock()
         self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment,
                                  prefetch_max_chunks) \
             if chunk_cache_bytes > 0 else None
@@ -146,10 +156,12 @@ class RemoteReader:
             position = self._position(segment, offset)
             found = self._batches(segment, position, offset, max(max_bytes - size, 0), must_return_one=not pieces)
             if found is not None:
-                batches, last = found
+                batches, last, end = found
                 pieces += batches
                 size += sum(len(b) for b in batches)
                 offset = last + 1
+                if end < segment.segment_size_bytes:
+                    self._ended(segment, offset, end)
             if offset <= segment.end_offset or size >= max_bytes:
                 break  # the budget ended inside this segment
             if deadline is not None and pieces and time.monotonic() >= deadline:
@@ -158,17 +170,30 @@ class RemoteReader:
         aborted = self._aborted(tp, first_offset, offset) if read_committed and pieces else []
         return RemoteRead(RecordParts(pieces), offset, aborted)
 
+    def _ended(self, segment: RemoteLogSegmentMetadata, next_offset: int, position: int) -> None:
+        """A read of ``segment`` ended at byte ``position``, where ``next_offset``'s batch begins."""
+        with self._ends_lock:
+            self._ends[(segment.segment_id, next_offset)] = position
+            self._ends.move_to_end((segment.segment_id, next_offset))
+            if len(self._ends) > _MAX_ENDS:
+                self._ends.popitem(last=False)
+
     def _position(self, segment: RemoteLogSegmentMetadata, offset: int) -> int:
         if offset <= segment.start_offset:
             return 0
+        with self._ends_lock:
+            ended = self._ends.get((segment.segment_id, offset))
+        if ended is not None:
+            return ended
         index = self.indexes.get(self.rsm, segment, IndexType.OFFSET)
         return lookup_position(index, segment.start_offset, offset).position
 
     def _batches(self, segment: RemoteLogSegmentMetadata, position: int, offset: int, budget: int,
-                 *, must_return_one: bool) -> tuple[list[bytes | memoryview], int] | None:
+                 *, must_return_one: bool) -> tuple[list[bytes | memoryview], int, int] | None:
         """The whole batches from ``position`` (skipping those that end before ``offset``) that fit
         ``budget`` (at least one if ``must_return_one``), as pieces of the chunk cache's chunks
-        (or of one read), and the last offset in them; None when there is none."""
+        (or of one read), the last offset in them and the byte position after them; None when
+        there is none."""
         size = segment.segment_size_bytes
         while position < size:  # skip forward over batches that end before offset, headers only
             header = read_header(self._fetch(segment, position, min(position + HEADER_SIZE, size) - 1), 0)
@@ -184,7 +209,7 @@ class RemoteReader:
         pieces: list[bytes | memoryview] = self.chunks.views(segment, position, end) if self.chunks is not None \
             else [self.rsm.fetch_log_segment(segment, position, end)]
         whole, last = _whole_batches(pieces)
-        return (_prefix(pieces, whole), last) if whole else None
+        return (_prefix(pieces, whole), last, position + whole) if whole else None
 
     def _aborted(self, tp: TopicIdPartition, start: int, upper: int) -> list[tuple[int, int]]:
         """Aborted transactions overlapping [start, upper): their markers are at or after start,
