@@ -93,6 +93,7 @@ STORAGE_KEYS = (
     storage_uri.S3_PART_SIZE_CONFIG,
     storage_uri.S3_ACCESS_KEY_ID_CONFIG,
     storage_uri.S3_SECRET_ACCESS_KEY_CONFIG,
+    storage_uri.S3_RETRY_MODE_CONFIG,
 )
 
 # tiering/config.py: TieringConfig (proxy-wide tiering defaults under Kafka's broker names)

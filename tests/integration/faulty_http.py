@@ -1,7 +1,9 @@
 """A fault-injecting HTTP relay for S3 tests: it forwards every request to the real S3 server
 (SeaweedFS) unless told to answer 500s or to sit on each request for a while first. It can also
 play a distant object store: each answer's first byte is held back by ``latency_s`` plus up to
-``jitter_s`` (uniform), and its body is sent at no more than ``bytes_per_s`` per connection.
+``jitter_s`` (uniform), and its body is sent at no more than ``bytes_per_s`` per connection; and
+one that throttles: above ``max_requests_per_s`` (a token bucket holding a second's worth) a
+request is answered 503 SlowDown, as S3 answers past a prefix's request rate.
 
 Run standalone (a process of its own, so it shares no interpreter lock with the measuring one):
 
@@ -37,8 +39,12 @@ class FaultyRelay:
         self.mode = "pass"  # pass, error (500 to everything) or slow (delay, then pass)
         self.delay_s = 2.0
         self.latency_s, self.jitter_s, self.bytes_per_s = latency_s, jitter_s, bytes_per_s
+        self.max_requests_per_s: float | None = None  # set: throttle above it
         self.requests = 0
         self.faults = 0
+        self.arrivals: list[tuple[float, bool]] = []  # (time.monotonic(), throttled) of each request
+        self._lock = threading.Lock()
+        self._tokens, self._filled_at = 0.0, time.monotonic()
         relay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,6 +57,9 @@ class FaultyRelay:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 relay.requests += 1
+                if relay._throttled():
+                    send_s3_error(self, 503, "SlowDown", "Please reduce your request rate.")
+                    return
                 if relay.mode == "error":
                     relay.faults += 1
                     send_s3_error(self, 500, "InternalError", "injected")
@@ -95,6 +104,28 @@ class FaultyRelay:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def _throttled(self) -> bool:
+        """Whether this request is over ``max_requests_per_s`` (noted in ``arrivals`` either way)."""
+        with self._lock:
+            now = time.monotonic()
+            rate = self.max_requests_per_s
+            throttled = False
+            if rate is not None:
+                self._tokens = min(rate, self._tokens + (now - self._filled_at) * rate)
+                throttled = self._tokens < 1
+                if not throttled:
+                    self._tokens -= 1
+            self._filled_at = now
+            self.arrivals.append((now, throttled))
+            return throttled
+
+    def rate_since(self, since: float) -> tuple[float, float]:
+        """Requests per second that arrived since ``since`` (time.monotonic()), and the throttled share."""
+        with self._lock:
+            recent = [throttled for at, throttled in self.arrivals if at >= since]
+        seconds = max(time.monotonic() - since, 1e-9)
+        return len(recent) / seconds, (sum(recent) / len(recent) if recent else 0.0)
 
     @property
     def endpoint(self) -> str:

@@ -101,6 +101,32 @@ def test_s3_errors_while_copying_are_retried_and_caught_up(faulty, unique_name):
     _contiguous(faulty["work"], partitions_of(client, topic))
 
 
+def test_a_throttling_store_slows_the_proxy_down_and_loses_nothing(faulty, unique_name):
+    """The store answers SlowDown above 15 requests a second while the proxy tiers a topic and a
+    consumer reads it back from offset 0 (64 KiB chunks: many GETs): both finish, exactly once,
+    the proxy's requests settle at the rate the store allows, and its metrics show the throttling."""
+    broker, proxy, relay = faulty["broker"], faulty["proxy"], faulty["relay"]
+    topic = f"throttled-{unique_name}"
+    create_tiered_topic(broker.bootstrap, topic, PARTITIONS, **{"segment.bytes": str(64 * 1024),
+                                                           "local.retention.bytes": str(128 * 1024)})
+    failures = "tiered_proxy_remote_storage_request_failures_total"
+    failed_before = _metric(faulty["metrics"], failures)
+    relay.max_requests_per_s = 15
+    try:
+        began = time.monotonic()
+        _produce(broker.bootstrap, topic, 0, 20_000)
+        client = BrokerClient(broker.bootstrap)
+        assert wait_until(lambda: all(client.list_offset(1, topic, p, EARLIEST)[1] > 2000
+                                      for p in range(PARTITIONS)), 180)
+        _exactly_once(proxy.bootstrap, topic, 20_000)
+        rate, throttled = relay.rate_since(began + (time.monotonic() - began) / 2)  # the second half
+    finally:
+        relay.max_requests_per_s = None
+    assert rate <= 15 * 1.3 and throttled <= 0.15, (rate, throttled)
+    assert _metric(faulty["metrics"], failures) > failed_before
+    _contiguous(faulty["work"], partitions_of(client, topic))
+
+
 def test_slow_s3_delays_backfill_not_the_tail(faulty, unique_name):
     broker, proxy, relay = faulty["broker"], faulty["proxy"], faulty["relay"]
     topic, tail = f"slow-{unique_name}", f"tail-{unique_name}"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import botocore.exceptions
 import pytest
 
-from tests.integration.faulty_http import send_s3_error
+from tests.integration.faulty_http import FaultyRelay, send_s3_error
 from tests.integration.s3_server import (
     DUMMY_CREDENTIALS,
     REGION,
@@ -254,6 +254,38 @@ def test_custom_metadata_codec():
             S3SegmentLocation.decode(bad)
 
 
+def test_a_throttling_store_gets_the_rate_it_allows_not_a_retry_storm(s3_endpoint, bucket):
+    """Eight threads read as fast as they can from a store that answers SlowDown above 20 requests
+    a second: the client slows down to that rate (botocore's adaptive mode) and every read succeeds.
+    With the standard mode, as measured: 26-28 requests a second, a quarter of them throttled."""
+    relay = FaultyRelay(s3_endpoint)
+    try:
+        storage = s3_storage(relay.endpoint, bucket, "hot", max_attempts=10)
+        metadata, data = segment_metadata(), segment_data()
+        storage.copy_log_segment_data(metadata, data)
+        relay.max_requests_per_s = 20
+        began = time.monotonic()
+        stop = began + 10
+        outcomes: list[bool] = []
+
+        def read() -> None:
+            while time.monotonic() < stop:
+                outcomes.append(storage.fetch_index(metadata, IndexType.OFFSET) == data.offset_index)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        rate, throttled = relay.rate_since(began + 6)  # once settled
+        assert outcomes and all(outcomes)  # every read succeeded, none came back wrong
+        assert rate <= 25 and throttled <= 0.1, (rate, throttled)
+        _, failures, _, _ = storage.requests.snapshot()
+        assert failures.get("GET", 0) > 0  # it was throttled, and the counters (metrics) say so
+    finally:
+        relay.close()
+
+
 def test_prefix_too_long_for_the_metadata_limit_is_a_config_error():
     with pytest.raises(ValueError, match="custom metadata"):
         S3Storage("bkt", "p" * 118, client=object())
@@ -291,6 +323,14 @@ def test_s3_uri_parsing():
 def test_bad_s3_uris(uri):
     with pytest.raises(ValueError):
         storage_from_uri(uri)
+
+
+def test_retry_mode_is_adaptive_unless_set_and_a_wrong_one_is_named():
+    assert storage_from_uri("s3://bkt/p").client.meta.config.retries["mode"] == "adaptive"
+    standard = storage_from_uri("s3://bkt/p", **{"remote.log.storage.s3.retry.mode": "standard"})
+    assert standard.client.meta.config.retries["mode"] == "standard"
+    with pytest.raises(ValueError, match="remote.log.storage.s3.retry.mode=legacy: expected one of adaptive, standard"):
+        storage_from_uri("s3://bkt/p", **{"remote.log.storage.s3.retry.mode": "legacy"})
 
 
 def test_storage_from_uri_round_trip(s3_endpoint, bucket):

@@ -25,6 +25,12 @@ from tiering.storage.s3_location import S3SegmentLocation
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+# botocore's retry modes: both retry throttling, server errors and lost connections with jittered
+# exponential backoff; "adaptive" also slows the client's request rate when the store throttles
+# (SlowDown, 429): the rate drops multiplicatively at each throttling answer and climbs back along
+# a cubic curve, shared by every thread of the client, so that prefetching and copying threads do
+# not keep knocking at a store that said slow down.
+RETRY_MODES = ("adaptive", "standard")
 
 
 # Error codes after which the same request may well succeed later. botocore has already retried
@@ -77,18 +83,19 @@ def make_s3_client(
     endpoint_url: str | None = None,
     region: str | None = None,
     max_attempts: int = 5,
+    retry_mode: str = "adaptive",
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
 ) -> Any:
-    """A boto3 S3 client with botocore's standard retry mode: up to ``max_attempts`` requests in all,
-    with jittered exponential backoff (up to 1 s, 2 s, 4 s, ... capped at 20 s) on throttling, 5xx
-    and connection errors. Credentials default to boto3's usual chain."""
+    """A boto3 S3 client with botocore's ``retry_mode`` (RETRY_MODES): up to ``max_attempts``
+    requests in all, with jittered exponential backoff (up to 1 s, 2 s, 4 s, ... capped at 20 s) on
+    throttling, 5xx and connection errors. Credentials default to boto3's usual chain."""
     config = botocore.config.Config(
         # botocore's "max_attempts" counts retries only (N + 1 requests); "total_max_attempts"
         # counts the first request too, which is what our max_attempts means.
-        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        retries={"mode": retry_mode, "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         # Custom endpoints (MinIO, SeaweedFS, Ceph) rarely resolve bucket subdomains.
@@ -144,6 +151,7 @@ class S3Storage(ObjectStorage):
         multipart_threshold: int = 8 * MiB,
         part_size: int = 8 * MiB,
         max_attempts: int = 5,
+        retry_mode: str = "adaptive",
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
@@ -173,6 +181,7 @@ class S3Storage(ObjectStorage):
             endpoint_url=endpoint_url,
             region=region,
             max_attempts=max_attempts,
+            retry_mode=retry_mode,
             access_key_id=access_key_id,
             secret_access_key=secret_access_key,
         )

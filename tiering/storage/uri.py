@@ -14,7 +14,7 @@ from tiering.storage.api import (
     RemoteStorageManager,
 )
 from tiering.storage.local_folder import LocalFolderStorage
-from tiering.storage.s3 import MiB, S3Storage
+from tiering.storage.s3 import RETRY_MODES, MiB, S3Storage
 
 # Our own keys, in the remote.log.storage.* namespace KIP-405 leaves to the storage plugin.
 S3_ENDPOINT_URL_CONFIG = "remote.log.storage.s3.endpoint.url"
@@ -24,6 +24,7 @@ S3_MULTIPART_THRESHOLD_CONFIG = "remote.log.storage.s3.multipart.threshold.bytes
 S3_PART_SIZE_CONFIG = "remote.log.storage.s3.multipart.part.size.bytes"
 S3_ACCESS_KEY_ID_CONFIG = "remote.log.storage.s3.access.key.id"
 S3_SECRET_ACCESS_KEY_CONFIG = "remote.log.storage.s3.secret.access.key"
+S3_RETRY_MODE_CONFIG = "remote.log.storage.s3.retry.mode"
 
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -89,6 +90,9 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
             raise ValueError(
                 f"set both or neither of {S3_ACCESS_KEY_ID_CONFIG} and {S3_SECRET_ACCESS_KEY_CONFIG}"
             )
+        retry_mode = str(config.get(S3_RETRY_MODE_CONFIG) or "adaptive")
+        if retry_mode not in RETRY_MODES:
+            raise ValueError(f"{S3_RETRY_MODE_CONFIG}={retry_mode}: expected one of {', '.join(RETRY_MODES)}")
         return S3Storage(
             bucket,
             urllib.parse.unquote(parts.path),
@@ -97,6 +101,7 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
             multipart_threshold=_int_config(config, S3_MULTIPART_THRESHOLD_CONFIG, 8 * MiB),
             part_size=_int_config(config, S3_PART_SIZE_CONFIG, 8 * MiB),
             max_attempts=_int_config(config, S3_MAX_ATTEMPTS_CONFIG, 5),
+            retry_mode=retry_mode,
             access_key_id=None if access_key is None else str(access_key),
             secret_access_key=None if secret_key is None else str(secret_key),
             custom_metadata_max_bytes=max_bytes,
