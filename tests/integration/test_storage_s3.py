@@ -101,7 +101,8 @@ def test_every_upload_carries_a_checksum_the_store_verifies(s3_endpoint, bucket)
     sent: list[tuple[str, bool]] = []
     storage.client.meta.events.register("before-send.s3", lambda request, event_name, **_: sent.append(
         (event_name.rsplit(".", 1)[-1], any(k.lower().startswith("x-amz-checksum-") for k in request.headers))))
-    storage.copy_log_segment_data(segment_metadata(), segment_data(log=os.urandom(6 * MiB)))
+    metadata, data = segment_metadata(), segment_data(log=os.urandom(6 * MiB))
+    storage.copy_log_segment_data(metadata, data)
     uploads = [(op, summed) for op, summed in sent if op in ("PutObject", "UploadPart")]
     assert [op for op, _ in uploads] == ["PutObject"] * 5 + ["UploadPart"] * 2
     assert all(summed for _, summed in uploads)
@@ -111,6 +112,12 @@ def test_every_upload_carries_a_checksum_the_store_verifies(s3_endpoint, bucket)
         client.put_object(Bucket=bucket, Key="corrupt", Body=b"payload", ChecksumCRC32="AAAAAA==")
     assert info.value.response["Error"]["Code"] == "BadDigest"
     assert "corrupt" not in all_keys(s3_endpoint, bucket)
+    # Reading back a whole object (an index) asks for its checksum, which botocore then checks.
+    asked: list[bool] = []
+    storage.client.meta.events.register("before-send.s3.GetObject", lambda request, **_: asked.append(
+        request.headers.get("x-amz-checksum-mode") in (b"ENABLED", "ENABLED")))
+    assert storage.fetch_index(metadata, IndexType.OFFSET) == data.offset_index
+    assert asked == [True]
 
 
 def test_large_segments_go_up_in_parts(s3_endpoint, bucket):

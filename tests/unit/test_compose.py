@@ -25,7 +25,7 @@ def test_docker_compose_accepts_the_file():
         assert done.returncode == 0, done.stderr
     services = subprocess.run(["docker-compose", "-f", str(COMPOSE), "--profile", "backfill", "config", "--services"],
                               capture_output=True, text=True, timeout=60, check=True).stdout.split()
-    assert set(services) == {"kafka", "minio", "create-bucket", "proxy", "backfill"}
+    assert set(services) == {"kafka", "seaweedfs", "create-bucket", "proxy", "backfill"}
 
 
 def test_compose_commands_parse_with_the_cli():
