@@ -13,6 +13,7 @@ Run standalone (a process of its own, so it shares no interpreter lock with the 
 from __future__ import annotations
 
 import argparse
+import collections
 import http.client
 import random
 import signal
@@ -42,7 +43,8 @@ class FaultyRelay:
         self.max_requests_per_s: float | None = None  # set: throttle above it
         self.requests = 0
         self.faults = 0
-        self.arrivals: list[tuple[float, bool]] = []  # (time.monotonic(), throttled) of each request
+        # (time.monotonic(), throttled) of the latest requests
+        self.arrivals: collections.deque[tuple[float, bool]] = collections.deque(maxlen=100_000)
         self._lock = threading.Lock()
         self._tokens, self._filled_at = 0.0, time.monotonic()
         relay = self
