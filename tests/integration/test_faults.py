@@ -114,11 +114,11 @@ def test_a_throttling_store_slows_the_proxy_down_and_loses_nothing(faulty, uniqu
     relay.max_requests_per_s = 15
     try:
         began = time.monotonic()
-        _produce(broker.bootstrap, topic, 0, 20_000)
+        _produce(broker.bootstrap, topic, 0, 12_000)
         client = BrokerClient(broker.bootstrap)
-        assert wait_until(lambda: all(client.list_offset(1, topic, p, EARLIEST)[1] > 2000
+        assert wait_until(lambda: all(client.list_offset(1, topic, p, EARLIEST)[1] > 1000
                                       for p in range(PARTITIONS)), 180)
-        _exactly_once(proxy.bootstrap, topic, 20_000)
+        _exactly_once(proxy.bootstrap, topic, 12_000)
         rate, throttled = relay.rate_since(began + (time.monotonic() - began) / 2)  # the second half
     finally:
         relay.max_requests_per_s = None
