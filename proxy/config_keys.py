@@ -1,10 +1,14 @@
-"""Every configuration key the product reads, in one place, so a key nobody reads (a typo, or a key
-from another product) is reported instead of silently ignored.
+"""Every configuration key the product reads, in one place, with its default and a one-line
+description, so a key nobody reads (a typo, or a key from another product) is reported instead of
+silently ignored, and the configuration reference (``docs/configuration.md``, printed by
+``python -m proxy.config_reference``) is generated from here.
 
 Each key is listed by name: no whole prefix is accepted, because nothing passes arbitrary keys
 through (the S3 store reads exactly the ``remote.log.storage.s3.*`` keys below, TLS exactly the
 ``ssl.*`` and ``upstream.ssl.*`` keys below). ``tests/unit/test_config.py`` scans the sources for
-keys read from the properties and checks that each one is here, so the list stays complete.
+keys read from the properties and checks that each one is here, so the list stays complete;
+``tests/unit/test_config_reference.py`` checks that the reference is what this file describes.
+Defaults and descriptions are Markdown, as the reference prints them.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from proxy.config import ConfigError
 from tiering import client_security, service
+from tiering.client_security import UPSTREAM_PREFIX
 from tiering.config import TieringConfig
 from tiering.metadata import uri as metadata_uri
 from tiering.storage import api as storage_api
@@ -22,87 +28,186 @@ from tiering.storage import uri as storage_uri
 
 log = logging.getLogger("tiered-proxy")
 
-# proxy/config.py: ProxyConfig.from_properties
-PROXY_KEYS = (
-    "bootstrap.servers",
-    "listeners",
-    "proxy.advertised.host",
-    "proxy.broker.port.base",
-    "proxy.broker.node.id.min",
-    "proxy.broker.port.map",
-    "socket.request.max.bytes",
-    "proxy.upstream.response.max.bytes",
-    "proxy.max.in.flight.requests",
-    "proxy.response.buffer.max.bytes",
-    "proxy.metadata.refresh.ms",
-    "proxy.upstream.connect.timeout.ms",
-    "proxy.metrics.listen",
-    "proxy.workers",
-    "proxy.worker.index",
-    "proxy.request.validation",
-    "proxy.config.strict",
-)
 
-# proxy/filters/tiered_reads.py and fetch_sessions.py: remote reads, fetch sessions
-TIERED_READ_KEYS = (
-    "remote.log.index.file.cache.total.size.bytes",
-    "remote.log.chunk.cache.size.bytes",
-    "remote.log.chunk.size.bytes",
-    "remote.log.chunk.prefetch.threads",
-    "remote.log.chunk.prefetch.max.chunks",
-    "remote.log.reader.threads",
-    "remote.fetch.max.wait.ms",
-    "proxy.remote.fetch.buffer.max.bytes",
-    "proxy.fetch.routing.policy",
-    "proxy.tiered.storage.not.available.error.code",
-    "max.incremental.fetch.session.cache.slots",
-    "min.incremental.fetch.session.eviction.ms",
-)
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its name, its default and what it does (both Markdown)."""
 
-# proxy/tls.py: TLS toward clients (listeners=SSL://...)
-LISTENER_TLS_KEYS = (
-    "ssl.keystore.type",
-    "ssl.keystore.location",
-    "ssl.key.password",
-    "ssl.client.auth",
-    "ssl.truststore.location",
-)
+    name: str
+    default: str
+    description: str
 
-# tiering/client_security.py: TLS and SASL of the proxy's own connections to the brokers
-UPSTREAM_SECURITY_KEYS = tuple(client_security.UPSTREAM_PREFIX + key for key in client_security.KEYS)
 
-# tiering/service.py: where the remote tier, its metadata and the working files live
-SERVICE_KEYS = (
-    service.DATA_DIR_CONFIG,
-    service.STORAGE_URI_CONFIG,
-    service.METADATA_URI_CONFIG,
-    metadata_uri.METADATA_PARTITIONS_CONFIG,
-    metadata_uri.METADATA_REPLICATION_CONFIG,
-    service.OWNERSHIP_CONFIG,
-    service.GROUP_ID_CONFIG,
-    service.GROUP_SESSION_TIMEOUT_CONFIG,
-)
+@dataclass(frozen=True)
+class Group:
+    """Keys read by one part of the product. ``doc``: the docs page (with anchor, relative to
+    ``docs/``) that explains them."""
 
-# tiering/storage/uri.py and api.py: storage_from_uri (the S3 store's own keys, and KIP-917's bound)
-STORAGE_KEYS = (
-    storage_api.CUSTOM_METADATA_MAX_BYTES_CONFIG,
-    storage_uri.S3_ENDPOINT_URL_CONFIG,
-    storage_uri.S3_REGION_CONFIG,
-    storage_uri.S3_MAX_ATTEMPTS_CONFIG,
-    storage_uri.S3_MULTIPART_THRESHOLD_CONFIG,
-    storage_uri.S3_PART_SIZE_CONFIG,
-    storage_uri.S3_ACCESS_KEY_ID_CONFIG,
-    storage_uri.S3_SECRET_ACCESS_KEY_CONFIG,
-    storage_uri.S3_RETRY_MODE_CONFIG,
-)
+    title: str
+    read_by: tuple[str, ...]  # the source files that read them
+    doc: str
+    keys: tuple[Key, ...]
 
-# tiering/config.py: TieringConfig (proxy-wide tiering defaults under Kafka's broker names)
-TIERING_KEYS = tuple(TieringConfig.KEYS.values())
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(key.name for key in self.keys)
 
-KNOWN_KEYS: frozenset[str] = frozenset(
-    PROXY_KEYS + TIERED_READ_KEYS + LISTENER_TLS_KEYS + UPSTREAM_SECURITY_KEYS + SERVICE_KEYS + STORAGE_KEYS
-    + TIERING_KEYS
-)
+
+PROXY = Group("Proxy", ("proxy/config.py",), "running-the-proxy.md", (
+    Key("bootstrap.servers", "(required)",
+        "`--bootstrap-servers`: upstream brokers, `HOST:PORT[,HOST:PORT…]`"),
+    Key("listeners", "`127.0.0.1:19092`",
+        "`--listen`: the bootstrap listener clients connect to; `SSL://HOST:PORT` for TLS toward clients"),
+    Key("proxy.advertised.host", "listen host (`127.0.0.1` for `0.0.0.0`)", "host written into answers"),
+    Key("proxy.broker.port.base", "listen port + 1",
+        "node *N* is served on `base + N - proxy.broker.node.id.min`"),
+    Key("proxy.broker.node.id.min", "`0`", "lowest broker node id"),
+    Key("proxy.broker.port.map", "none", "explicit `NODE:PORT[,NODE:PORT…]`, wins over the base"),
+    Key("socket.request.max.bytes", "`104857600` (100 MiB)", "larger client frames close that connection"),
+    Key("proxy.upstream.response.max.bytes", "`1073741824` (1 GiB)", "larger broker frames close that connection"),
+    Key("proxy.max.in.flight.requests", "`1000`", "per client connection, before the proxy stops reading"),
+    Key("proxy.response.buffer.max.bytes", "`33554432` (32 MiB)",
+        "broker answers read but not yet written to their clients, all connections together"),
+    Key("proxy.metadata.refresh.ms", "`30000`", "how often the proxy re-reads the cluster's brokers"),
+    Key("proxy.upstream.connect.timeout.ms", "`10000`", "connecting to a broker"),
+    Key("proxy.metrics.listen", "off", "`HOST:PORT` of the Prometheus endpoint"),
+    Key("proxy.workers", "`1`", "proxy processes on this host sharing the listening ports"),
+    Key("proxy.worker.index", "not a worker",
+        "set by the supervisor on worker `i` (from 0) of `proxy.workers`; not for operators"),
+    Key("proxy.request.validation", "`true`",
+        "read every request as Kafka reads it before forwarding it; close a connection whose request "
+        "Kafka would refuse"),
+    Key("proxy.config.strict", "`false`",
+        "`--strict-config`: refuse to start on a config key the proxy does not read (otherwise: one "
+        "warning naming the closest known key)"),
+))
+
+SERVICE = Group("Remote tier and metadata store", ("tiering/service.py",), "operating-tiering.md#tiering", (
+    Key(service.DATA_DIR_CONFIG, f"`{service.DEFAULT_DATA_DIR}`",
+        "`--data-dir`: spool files, data-loss gap log, embedded stores"),
+    Key(service.STORAGE_URI_CONFIG, "`file://DATA_DIR/remote`",
+        "`--remote`: `file:///path` or `s3://bucket/prefix[?endpoint_url=…&region=…]`; recorded with the "
+        "metadata store on first start (without credentials)"),
+    Key(service.METADATA_URI_CONFIG, "`file://DATA_DIR/metadata`",
+        "`--metadata`: `file:///path` (journal store) or `topic://NAME` (metadata topic on the cluster)"),
+    Key(metadata_uri.METADATA_PARTITIONS_CONFIG, "`50`", "partitions of the metadata topic (`topic://`)"),
+    Key(metadata_uri.METADATA_REPLICATION_CONFIG, "`1`", "its replication factor (raise it on a real cluster)"),
+    Key(service.OWNERSHIP_CONFIG, "`group`",
+        "`group`: instances sharing a metadata topic divide the copying by a consumer group; `all`: this "
+        "instance copies every partition (one instance only); `none`: it copies nothing and only serves"),
+    Key(service.GROUP_ID_CONFIG, "`tiered-proxy-remote-log-manager`", "the group the instances join"),
+    Key(service.GROUP_SESSION_TIMEOUT_CONFIG, "`10000`", "how soon a dead instance's partitions move"),
+))
+
+_TIERING = TieringConfig.KEYS
+TIERING = Group("Tiering", ("tiering/config.py",), "operating-tiering.md#tiering", (
+    Key(_TIERING["enabled"], "`true`", "`false` turns tiering off"),
+    Key(_TIERING["tier_all_topics"], "`false`",
+        "`--tier-all-topics`: tier every non-internal, non-compacted topic that does not set "
+        "`remote.storage.enable=false` itself"),
+    Key(_TIERING["thread_pool_size"], "`10`", "partitions copied at once"),
+    Key(_TIERING["task_interval_ms"], "`30000`", "how often each partition is looked at"),
+    Key(_TIERING["copier_fetch_max_bytes"], "`8388608` (8 MiB)", "bytes per copier fetch"),
+    Key(_TIERING["copy_backoff_max_ms"], "`60000`",
+        "longest wait between retries after a storage or broker error"),
+    Key(_TIERING["deleted_topic_grace_ms"], "`300000`",
+        "a topic with remote data missing from the cluster this long (deleted without the proxy) is "
+        "deleted from the remote tier"),
+    Key(_TIERING["segment_bytes"], "`1073741824` (1 GiB)",
+        "segment roll, for topics that do not set `segment.bytes` themselves"),
+    Key(_TIERING["segment_ms"], "`604800000` (7 days)", "segment roll, for topics that do not set `segment.ms` themselves"),
+    Key(_TIERING["index_interval_bytes"], "`4096`",
+        "bytes between offset index entries of remote segments, for topics that do not set "
+        "`index.interval.bytes` themselves"),
+    Key(_TIERING["retention_ms"], "`604800000` (7 days)",
+        "total retention, for topics that do not set `retention.ms` themselves"),
+    Key(_TIERING["retention_bytes"], "`-1`", "total retention, for topics that do not set `retention.bytes` themselves"),
+    Key(_TIERING["local_retention_ms"], "`-2`",
+        "local retention, for topics that do not set `local.retention.ms` themselves (-2: the total)"),
+    Key(_TIERING["local_retention_bytes"], "`-2`",
+        "local retention, for topics that do not set `local.retention.bytes` themselves (-2: the total)"),
+    Key(_TIERING["remote_retention_ms"], "`-1`", "remote retention when the brokers manage local retention"),
+    Key(_TIERING["remote_retention_bytes"], "`-1`", "remote retention when the brokers manage local retention"),
+))
+
+STORAGE = Group("Object store", ("tiering/storage/uri.py", "tiering/storage/api.py"), "object-stores.md", (
+    Key(storage_api.CUSTOM_METADATA_MAX_BYTES_CONFIG, f"`{storage_api.DEFAULT_CUSTOM_METADATA_MAX_BYTES}`",
+        "KIP-917 limit; a copy over it fails"),
+    Key(storage_uri.S3_ENDPOINT_URL_CONFIG, "AWS (boto3's default)",
+        "`http://` or `https://` URL of the S3 endpoint (then path-style addressing); the URI's "
+        "`endpoint_url` wins"),
+    Key(storage_uri.S3_REGION_CONFIG, "boto3's default", "the S3 region; the URI's `region` wins"),
+    Key(storage_uri.S3_MAX_ATTEMPTS_CONFIG, "`5`", "requests per S3 operation, the first one included"),
+    Key(storage_uri.S3_MULTIPART_THRESHOLD_CONFIG, "`8388608` (8 MiB)", "larger objects are uploaded in parts"),
+    Key(storage_uri.S3_PART_SIZE_CONFIG, "`8388608` (8 MiB)", "size of those parts (at least 5 MiB)"),
+    Key(storage_uri.S3_ACCESS_KEY_ID_CONFIG, "boto3's credential chain",
+        "S3 access key; set with the secret key, or neither"),
+    Key(storage_uri.S3_SECRET_ACCESS_KEY_CONFIG, "boto3's credential chain", "S3 secret key"),
+    Key(storage_uri.S3_RETRY_MODE_CONFIG, "`adaptive`",
+        "`adaptive` (each throttling answer cuts the request rate of all the proxy's threads) or `standard`"),
+))
+
+TIERED_READS = Group("Remote reads and fetch sessions", ("proxy/filters/tiered_reads.py", "proxy/filters/fetch_sessions.py"),
+                     "operating-tiering.md#reads-from-the-remote-tier", (
+    Key("remote.log.index.file.cache.total.size.bytes", "`1073741824` (1 GiB)", "bounds the remote index cache"),
+    Key("remote.log.chunk.cache.size.bytes", "`134217728` (128 MiB)", "cache of remote segment chunks"),
+    Key("remote.log.chunk.size.bytes", "`1048576` (1 MiB)", "remote segment data is read in aligned chunks of this size"),
+    Key("remote.log.chunk.prefetch.threads", "`8`", "chunks fetched ahead at once, for all readers together"),
+    Key("remote.log.chunk.prefetch.max.chunks", "`8`",
+        "largest fetch-ahead window of one reader (and at most an eighth of the chunk cache)"),
+    Key("remote.log.reader.threads", "`10`", "threads remote reads run on"),
+    Key("remote.fetch.max.wait.ms", "`500`",
+        "a remote read not done by then is answered as `TIERED_STORAGE_NOT_AVAILABLE`; it starts no new "
+        "segment after half of it"),
+    Key("proxy.remote.fetch.buffer.max.bytes", "`16777216` (16 MiB)", "remote record bytes in answers not yet written"),
+    Key("proxy.fetch.routing.policy", "`broker-first`",
+        "`broker-first`: the remote tier only below the brokers' log start; `remote-preferred`: every offset "
+        "the remote tier holds from it"),
+    Key("proxy.tiered.storage.not.available.error.code", "`56` (`KAFKA_STORAGE_ERROR`)",
+        "error code of a remote read that failed or timed out"),
+    Key("max.incremental.fetch.session.cache.slots", "`1000`", "fetch sessions (KIP-227) the proxy keeps"),
+    Key("min.incremental.fetch.session.eviction.ms", "`120000`",
+        "a full session cache evicts the least recently used session idle this long"),
+))
+
+LISTENER_TLS = Group("TLS toward clients", ("proxy/tls.py",), "security.md", (
+    Key("ssl.keystore.type", "`PEM`", "only `PEM` is supported"),
+    Key("ssl.keystore.location", "none (required with `SSL://`)", "PEM file with the private key and certificate chain"),
+    Key("ssl.key.password", "none", "password of the private key, if it is encrypted"),
+    Key("ssl.client.auth", "`none`", "client certificates: `none`, `requested` or `required`"),
+    Key("ssl.truststore.location", "none (required unless `ssl.client.auth=none`)", "CAs of client certificates (PEM)"),
+))
+
+UPSTREAM_SECURITY = Group(
+    "TLS and SASL toward the brokers", ("tiering/client_security.py",), "security.md", (
+        Key(UPSTREAM_PREFIX + client_security.SECURITY_PROTOCOL, "`PLAINTEXT`",
+            "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`"),
+        Key(UPSTREAM_PREFIX + client_security.SASL_MECHANISM, "`GSSAPI` (not supported)",
+            "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`"),
+        Key(UPSTREAM_PREFIX + client_security.SASL_JAAS, "none",
+            "Kafka's JAAS line with `username` and `password`"),
+        Key(UPSTREAM_PREFIX + client_security.SASL_USERNAME, "none", "the user, as librdkafka users write it"),
+        Key(UPSTREAM_PREFIX + client_security.SASL_PASSWORD, "none", "the password, as librdkafka users write it"),
+        Key(UPSTREAM_PREFIX + client_security.SSL_TRUSTSTORE, "the system's CAs", "CAs of the brokers' certificates (PEM)"),
+        Key(UPSTREAM_PREFIX + client_security.SSL_KEYSTORE, "none",
+            "PEM file with the proxy's private key and certificate chain, for mutual TLS"),
+        Key(UPSTREAM_PREFIX + client_security.SSL_KEY_PASSWORD, "none", "password of that private key"),
+        Key(UPSTREAM_PREFIX + client_security.SSL_ENDPOINT_IDENTIFICATION, "`https`",
+            "`https` checks the brokers' host names; any other value (`\"\"`) skips the check"),
+    ))
+
+GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, TIERED_READS, LISTENER_TLS, UPSTREAM_SECURITY)
+
+# The names of each group, as the product reads them.
+PROXY_KEYS = PROXY.names
+TIERED_READ_KEYS = TIERED_READS.names
+LISTENER_TLS_KEYS = LISTENER_TLS.names
+UPSTREAM_SECURITY_KEYS = UPSTREAM_SECURITY.names
+SERVICE_KEYS = SERVICE.names
+STORAGE_KEYS = STORAGE.names
+TIERING_KEYS = TIERING.names
+
+KNOWN_KEYS: frozenset[str] = frozenset(name for group in GROUPS for name in group.names)
 
 
 def closest_key(key: str) -> str | None:

@@ -3,7 +3,7 @@ a schema for is read the way Kafka's own request parsing reads it before a broke
 one Kafka would refuse closes its connection, as Kafka closes it. Some brokers die on requests
 Kafka refuses (noida-db on a truncated compact array, tests/UPSTREAMS.md). What Kafka accepts
 passes as the client's exact bytes: bytes after the last field, unknown tagged fields, and strings
-that are not valid UTF-8 (the README's *What the proxy accepts*). Versions the proxy has no schema
+that are not valid UTF-8 (docs/compatibility.md, *What the proxy accepts*). Versions the proxy has no schema
 for are the broker's to judge. Record sets stay undecoded (zero-copy slices)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ with ``segment.bytes`` = ``--segment-mb`` and no total retention:
       it), the brokers' log start moved by the proxy's DeleteRecords; read through the proxy.
 
 Why a second broker for (c): a proxy in front of broker A tiers every topic that has
-``remote.storage.enable=true`` set at the broker (README, *Tiering*), so it would tier (b) a second time,
+``remote.storage.enable=true`` set at the broker (docs/operating-tiering.md, *Tiering*), so it would tier (b) a second time,
 and its local retention (DeleteRecords) moves Kafka's log start of (b), which on a broker with tiered
 storage is the start of the WHOLE log: Kafka then deletes its own remote segments below it (measured
 while writing this bench: direct readers of such a topic lost the offsets below the proxy's log start).
@@ -169,7 +169,7 @@ def proxy_done(data_dir: Path, topic: str, ends: dict[int, int], log_end: dict[i
 def proxy_trim_target(data_dir: Path, topic: str, log_end: dict[int, int]) -> dict[int, int]:
     """Where the proxy's local retention with ``local.retention.bytes=1`` puts the brokers' log start:
     past every tiered segment, except the one that reaches the log end (Kafka's rule keeps the active
-    segment; README, *Tiering*)."""
+    segment; docs/operating-tiering.md, *Tiering*)."""
     target = {}
     for p, segments in proxy_segments(data_dir, topic).items():
         last = segments[-1]

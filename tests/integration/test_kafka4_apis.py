@@ -209,7 +209,7 @@ def test_consumer_group_protocol_where_the_broker_lacks_it(tansu, tmp_path, uniq
 
 
 def test_no_filter_mixes_remote_records_into_share_answers():
-    """Share groups read what the brokers hold (README, *Kafka 4 clients*): besides the parse
+    """Share groups read what the brokers hold (docs/compatibility.md, *Kafka 4 clients*): besides the parse
     check, only address rewriting sees ShareFetch and ShareAcknowledge."""
     from proxy.filters import AddressRewriting, FetchSessions, PrometheusMetrics, RequestValidation
 

@@ -448,7 +448,7 @@ def test_share_groups_read_what_the_brokers_hold(kafka: KafkaCluster, proxy: Pro
     assert mismatch is None, f"share consumer, untiered topic: {mismatch}\n{tool_output(plain_read)}"
 
     # The tiered topic: what the broker holds, from its log start, and never a record below it
-    # (README, Kafka 4 clients: the proxy serves no remote records under share-group acquisition).
+    # (docs/compatibility.md, Kafka 4 clients: the proxy serves no remote records under share-group acquisition).
     assert problem is None and read is not None, problem
     assert read.returncode == 0, tool_output(read)
     rows = parse_console(read.stdout)

@@ -2,7 +2,7 @@
 it returns, with nothing skipped or duplicated, while tail traffic on another partition goes on.
 
 This is also how the wire code for "tiered storage not available" was chosen: each client must
-retry it without losing or resetting its position (see README, "Tiered reads")."""
+retry it without losing or resetting its position (see docs/operating-tiering.md, "Reads from the remote tier")."""
 
 from __future__ import annotations
 

@@ -225,7 +225,7 @@ def main() -> None:
     peak = max(sampler.rss)
     print(f"proxy RSS: idle (tiering done, before load) {idle_rss / 1e6:.0f} MB, peak {peak / 1e6:.0f} MB, "
           f"median {statistics.median(sampler.rss) / 1e6:.0f} MB")
-    print(f"bound (README, Memory): idle + remote-read caches (chunk cache + index cache + one chunk per "
+    print(f"bound (docs/operating-tiering.md, Memory): idle + remote-read caches (chunk cache + index cache + one chunk per "
           f"reader/prefetch thread: {caches / 1e6:.0f} MB) + buffers (remote fetch + response: {buffers / 1e6:.0f} MB)"
           f" = {(idle_rss + caches + buffers) / 1e6:.0f} MB; peak is {peak / (idle_rss + caches + buffers):.0%} of it")
     print(f"proxy CPU: mean {statistics.mean(cpu):.0%} of one core, peak {max(cpu):.0%}")
