@@ -167,6 +167,17 @@ class CoreMetrics:
     budgets: list[ByteBudget] = field(default_factory=list)  # bytes held, by setting (filters add theirs)
 
 
+@dataclass(frozen=True)
+class BrokerSeen:
+    """One broker as the proxy knows it (no real address: clients never learn those)."""
+
+    node_id: int
+    port: int | None  # the proxy's listener for it; None: none open (its port could not be bound)
+    in_metadata: bool | None  # named by the latest Metadata the proxy asked for; None: none yet
+    reachable: bool | None  # the proxy's last connection to it succeeded; None: none tried yet
+    since: float | None  # when that connection was tried (time.time())
+
+
 class Core(Protocol):
     """What filters may ask of the proxy core."""
 
@@ -186,6 +197,10 @@ class Core(Protocol):
 
     def on_request_done(self, observer: RequestObserver) -> None:
         """Call ``observer`` for every request once its response is written (or dropped)."""
+        ...
+
+    def brokers_seen(self) -> list[BrokerSeen]:
+        """The brokers the proxy knows, their ports and state; safe to call from any thread."""
         ...
 
 

@@ -5,12 +5,14 @@ the proxy into a topic with small segments and ``local.retention.bytes`` set, wa
 sample is tiered and the proxy has moved the broker's log start past part of it, and then proves
 it the way any client would see it: ListOffsets -2/-4/-5/-1 per partition through the proxy, and
 the whole history read from offset 0 through the proxy. Then it prints commands to try, and
-serves until Ctrl-C.
+serves until Ctrl-C. The proxy's status page (both tiers of every partition, drawn) is served on
+a free loopback port unless ``proxy.metrics.listen`` says where; the demo prints its address.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shutil
 import signal
@@ -25,6 +27,7 @@ from proxy.command_line_config import config_from_args
 from proxy.describe import PartitionRow, describe
 from proxy.embedded_broker import start_broker
 from proxy.filters import build_chain
+from proxy.filters.metrics import PrometheusMetrics
 from proxy.filters.tiered_reads import TieredReads
 from proxy.server import Proxy
 from tiering.service import TieringService
@@ -181,6 +184,17 @@ def _command(name: str) -> str:
     return str(script) if script.exists() else name
 
 
+def status_page_url(proxy: Proxy) -> str | None:
+    """The address of the proxy's status page (the metrics listener's ``/``), if it serves one."""
+    metrics = proxy.find(PrometheusMetrics)
+    if not isinstance(metrics, PrometheusMetrics) or metrics.server is None:
+        return None
+    host = metrics.listen[0]
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{metrics.port}/"
+
+
 def show_commands(bootstrap: str, metadata_uri: str) -> None:
     python = sys.executable
     consumer = (f"from kafka import KafkaConsumer; c = KafkaConsumer('{DEMO_TOPIC}', bootstrap_servers='{bootstrap}', "
@@ -203,6 +217,10 @@ async def _demo(args: argparse.Namespace, data_dir: Path) -> int:
         if not broker_trims:
             extra["proxy.fetch.routing.policy"] = "remote-preferred"
         config = config_from_args(args, extra)
+        if config.metrics_listen is None:
+            # The status page shows what the demo proves, drawn: a free loopback port (the
+            # demo's default listener port may be taken by another demo's page otherwise).
+            config = dataclasses.replace(config, metrics_listen=("127.0.0.1", 0))
         tiering = TieringService.from_properties(config.bootstrap, config.extra)
         if tiering is None:
             raise ValueError("the demo needs tiering: remove remote.log.storage.system.enable=false")
@@ -232,7 +250,11 @@ async def _show(args: argparse.Namespace, proxy: Proxy, tiering: TieringService,
     """Steps 1-3 and the commands to try; 0 when the proof holds. The client work runs on
     threads abandoned on Ctrl-C, so a signal stops the demo at once in any step."""
     bootstrap = proxy.bootstrap_address
-    _say(f"Proxy on {bootstrap}, tiering into {tiering.storage_uri}.\n")
+    _say(f"Proxy on {bootstrap}, tiering into {tiering.storage_uri}.")
+    page = status_page_url(proxy)
+    if page is not None:
+        _say(f"Status page: {page} (both tiers of every partition; Prometheus metrics at {page}metrics)")
+    _say()
     topic_config = dict(DEMO_TOPIC_CONFIG)
     if broker_trims:
         topic_config["local.retention.bytes"] = str(DEMO_LOCAL_RETENTION_BYTES)
@@ -259,6 +281,8 @@ async def _show(args: argparse.Namespace, proxy: Proxy, tiering: TieringService,
     if isinstance(reads, TieredReads):
         _say(f"  the proxy's own count: {reads.remote_fetch_bytes} bytes served from "
              f"the remote tier in {reads.remote_fetches} remote reads")
+    if page is not None:
+        _say(f"  the same per partition, drawn (Rx, Ry, Lx, Lz, segments, copy lag): open {page} in a browser")
     show_commands(bootstrap, tiering.metadata_uri)
     return 0
 

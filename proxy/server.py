@@ -31,7 +31,7 @@ from protocol.apis import (
 )
 from protocol.schema_model import Versions
 from proxy.byte_budget import ByteBudget
-from proxy.chain import CoreMetrics, Filter, RequestObserver
+from proxy.chain import BrokerSeen, CoreMetrics, Filter, RequestObserver
 from proxy.config import ProxyConfig
 from proxy.connection import ClientConnection
 from proxy.framing import FrameStream
@@ -267,6 +267,17 @@ class Proxy:
                 self.cluster.brokers.pop(node_id, None)
                 log.info("broker node %d left the cluster: port %d closed", node_id, port)
 
+    def brokers_seen(self) -> list[BrokerSeen]:
+        """Every broker the proxy knows, for the status page (called from its HTTP thread: the
+        dicts are copied first, as the event loop may change them meanwhile)."""
+        brokers, ports, contacts = dict(self.cluster.brokers), dict(self.listen_ports), dict(self.cluster.contacts)
+        live = self.cluster.live
+        seen = []
+        for node_id, broker in sorted(brokers.items()):
+            ok, when = contacts.get((broker.host, broker.port), (None, None))
+            seen.append(BrokerSeen(node_id, ports.get(node_id), None if live is None else node_id in live, ok, when))
+        return seen
+
     def advertise(self, node_id: int, host: str, port: int, rack: str | None) -> tuple[str, int]:
         """Learn a broker's real address; give the address clients should use instead."""
         self.cluster.learn(node_id, host, port, rack)
@@ -296,7 +307,9 @@ class Proxy:
                                            self.upstream_tls)
             except UpstreamError as e:
                 errors.append(str(e))
+                self.cluster.contacted(host, port, False)
                 continue
+            self.cluster.contacted(host, port, True)
             versions = self.cluster.versions.get((host, port))
             if versions is None:
                 try:
@@ -329,6 +342,7 @@ class Proxy:
             resp = await client.request(METADATA, version, {"topics": [], "allow_auto_topic_creation": False})
             for b in resp["brokers"]:
                 self.cluster.learn(b["node_id"], b["host"], b["port"], b.get("rack"))
+            self.cluster.live = frozenset(b["node_id"] for b in resp["brokers"])
             registered = await _registered_brokers(client, versions)
         finally:
             await conn.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,13 @@ class ClusterView:
 
     brokers: dict[int, UpstreamBroker] = field(default_factory=dict)
     versions: dict[tuple[str, int], BrokerVersions] = field(default_factory=dict)
+    # (host, port) -> (whether the proxy's last connection attempt succeeded, its wall-clock time)
+    contacts: dict[tuple[str, int], tuple[bool, float]] = field(default_factory=dict)
+    live: frozenset[int] | None = None  # node ids in the last Metadata; None: none fetched yet
+
+    def contacted(self, host: str, port: int, ok: bool) -> None:
+        """Record the outcome of a connection attempt to a broker (the status page shows it)."""
+        self.contacts[(host, port)] = (ok, time.time())
 
     def learn(self, node_id: int, host: str, port: int, rack: str | None = None) -> bool:
         """Record a broker; True when it is new or moved."""

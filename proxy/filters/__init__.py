@@ -2,8 +2,8 @@
 configuration at start-up. Requests pass the filters in this order; the broker's answers come
 back through the response hooks they registered in the reverse order:
 
-1. ``metrics``: the Prometheus endpoint; observes every request (declares no API). With
-   ``proxy.metrics.listen``.
+1. ``metrics``: the Prometheus endpoint and the status page; observes every request (declares
+   no API). With ``proxy.metrics.listen``.
 2. ``request-validation``: every request parsed against Kafka's schema. With
    ``proxy.request.validation=true`` (the default).
 3. ``address-rewriting``: the proxy's listeners in every answer that names a broker. Always.
@@ -35,7 +35,7 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
     reads = TieredReads(tiering, config.extra) if tiering is not None else None
     chain: list[Filter] = []
     if config.metrics_listen is not None:
-        chain.append(PrometheusMetrics(config.metrics_listen, tiering, reads))
+        chain.append(PrometheusMetrics(config.metrics_listen, tiering, reads, reads.reader if reads else None))
     if config.validate_requests:
         chain.append(RequestValidation())
     chain.append(AddressRewriting())

@@ -8,21 +8,35 @@ Kafka's JMX names become Prometheus names the way the common JMX exporter rules 
 ``kafka_server_brokertopicmetrics_remotefetchbytespersec_total{topic="T"}`` (meters are counters;
 take ``rate()``), gauges keep their name without ``_total``. Values are read from the counters the
 proxy keeps anyway when Prometheus scrapes, so the request path pays only for the latency
-histogram.
+histogram. The process's CPU seconds and resident memory (``process_*``, prometheus_client's
+process collector, registered here as the proxy's registry is not the library's default) tell
+workers apart by their endpoint.
+
+The same listener serves the status page at ``/`` (``proxy/status.py`` gathers it,
+``proxy/status_page.py`` renders it), built on the listener's own threads; ``/metrics`` serves the
+metrics, as Prometheus asks by default. Any other path is a 404.
 """
 
 from __future__ import annotations
 
+import html
 import logging
-from collections.abc import Iterator
-from typing import Any, Protocol
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protocol.apis import all_apis
 from proxy.chain import Core, CoreMetrics, Filter
+from proxy.status import RemoteReadCounters, StatusSource
+from proxy.status_page import render
+from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.storage.api import StorageRequests
 
@@ -31,17 +45,6 @@ log = logging.getLogger(__name__)
 TOPIC_METRICS = "kafka_server_brokertopicmetrics_"
 # Seconds; proxy answers range from microseconds (local) to the remote read timeout.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class RemoteReadCounters(Protocol):
-    """What the tiered-reads filter counts (handed over by the chain builder)."""
-
-    not_available: int
-
-    @property
-    def by_topic(self) -> Any: ...  # .snapshot() -> {topic: {"requests"|"bytes"|"errors": n}}
-
-    def pool_state(self) -> tuple[int, int, int]: ...
 
 
 def _storage_request_metrics(tier: str, counts: StorageRequests) -> Iterator:
@@ -167,31 +170,102 @@ class ProxyCollector(Collector):
                                   value=totals["fenced"])
 
 
+# The status page forbids everything but its own inline style and the empty icon: nothing it
+# prints can run or load anything, whatever a name smuggled in.
+_PAGE_HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"),
+                 ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:"),
+                 ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer")]
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def listener_app(metrics: Wsgi, page: Callable[[], str]) -> Wsgi:
+    """``/``: the status page; ``/metrics``: Prometheus; anything else 404."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/metrics":
+            return metrics(environ, start_response)
+        if path in ("/", "/index.html"):
+            try:
+                body, status = page().encode(), "200 OK"
+            except Exception as exc:  # the page must never take the metrics down with it
+                log.exception("status page failed")
+                # The kind of failure only: its text may name paths no client should learn (the log has it).
+                body = (f"<!DOCTYPE html><title>error</title><p>status page failed ({html.escape(type(exc).__name__)}); "
+                        "see the proxy's log").encode()
+                status = "500 Internal Server Error"
+            start_response(status, [*_PAGE_HEADERS, ("Content-Length", str(len(body)))])
+            return [body] if environ.get("REQUEST_METHOD") != "HEAD" else []
+        body = b"not found: the status page is at /, the metrics at /metrics\n"
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds the proxy's exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Every scrape would be a line on stderr."""
+
+
+def serve_http(host: str, port: int, app: Wsgi) -> WSGIServer:
+    """A threaded WSGI server on ``host:port`` (IPv6 too), answering from its own threads."""
+    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server_class = type("_FamilyServer", (_Server,), {"address_family": family})
+    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
+
+
 class PrometheusMetrics(Filter):
     name = "metrics"
 
     def __init__(self, listen: tuple[str, int], tiering: TieringService | None,
-                 reads: RemoteReadCounters | None) -> None:
+                 reads: RemoteReadCounters | None, reader: RemoteReader | None = None) -> None:
         self.listen = listen
         self.tiering = tiering
         self.reads = reads
+        self.reader = reader  # the remote reader ListOffsets answers with, for the status page
         self.registry = CollectorRegistry()
         self.latency = Histogram("tiered_proxy_request_latency_seconds",
                                  "From a request's arrival to its response being written, by API",
                                  ["api"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self._children: dict[int, Any] = {}
         self._names = {key: spec.name for key, spec in all_apis().items()}
-        self.server: Any = None
+        self.server: WSGIServer | None = None
+        self.status: StatusSource | None = None
+
+    def register(self, core: CoreMetrics) -> None:
+        """The collectors read at each scrape (apart from ``start`` so tests can list them)."""
+        self.registry.register(ProxyCollector(core, self.tiering, self.reads))
+        ProcessCollector(registry=self.registry)
 
     def start(self, core: Core) -> None:
-        self.registry.register(ProxyCollector(core.metrics, self.tiering, self.reads))
+        self.register(core.metrics)
         core.on_request_done(self.observe)
+        self.status = StatusSource(core, self.tiering, self.reads, self.reader)
+        status = self.status
         host, port = self.listen
         try:
-            self.server, _ = start_http_server(port, addr=host, registry=self.registry)
+            self.server = serve_http(host, port, listener_app(make_wsgi_app(self.registry),
+                                                              lambda: render(status.snapshot())))
         except OSError as e:
             raise OSError(f"cannot serve metrics on {host}:{port} (proxy.metrics.listen): {e.strerror or e}") from None
-        log.info("Prometheus metrics on http://%s:%d/metrics", host, self.server.server_port)
+        status.start()
+        log.info("Prometheus metrics on http://%s:%d/metrics, status page on http://%s:%d/", host,
+                 self.port, host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The bound port (``proxy.metrics.listen`` may say 0)."""
+        assert self.server is not None
+        return self.server.server_port
 
     def observe(self, api_key: int, outcome: str, seconds: float) -> None:
         child = self._children.get(api_key)
@@ -202,4 +276,8 @@ class PrometheusMetrics(Filter):
     def close(self) -> None:
         if self.server is not None:
             self.server.shutdown()
+            self.server.server_close()
             self.server = None
+        if self.status is not None:
+            self.status.close()
+            self.status = None

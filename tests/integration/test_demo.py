@@ -3,7 +3,7 @@
 While it serves, two client libraries read the whole history from offset 0 through the address
 it printed, and the broker itself (asked directly, not through the proxy) must have moved its log
 start past the remote log start on every partition: the records below it can only have come from
-the remote tier.
+the remote tier. The status page it printed the address of shows the same offsets as its proof.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,43 @@ def _log_starts_at_the_broker(bootstrap: str, partitions: int) -> dict[int, tupl
         client.close()
 
 
+class _PageRows(HTMLParser):
+    """The status page's partition rows: (topic, partition) -> {cell class: text}."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: dict[tuple[str, int], dict[str, str]] = {}
+        self._row: dict[str, str] | None = None
+        self._cell: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and a.get("class") == "partition":
+            self._row = self.rows[(a["data-topic"] or "", int(a["data-partition"] or -1))] = {}
+        elif tag == "td" and self._row is not None:
+            classes = (a.get("class") or "").split()
+            self._cell = classes[-1] if classes else "offsets"  # the bar's cell has no class
+            self._row[self._cell] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and self._cell is not None:
+            self._row[self._cell] += data
+
+
+def _status_page(url: str) -> dict[tuple[str, int], dict[str, str]]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        assert answer.status == 200 and answer.headers["Content-Type"].startswith("text/html")
+        parser = _PageRows()
+        parser.feed(answer.read().decode())
+    return parser.rows
+
+
 def test_the_readme_demo_serves_history_the_broker_has_forgotten():
     command = [str(Path(sys.executable).parent / "tiered-proxy"), "demo"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -75,6 +114,18 @@ def test_the_readme_demo_serves_history_the_broker_has_forgotten():
         for p, (rx, lx, ry, end, count, first, last, from_remote) in table.items():
             assert rx == 0 and lx > rx and ry + 1 == end, (p, table[p])
             assert (count, first, last, from_remote) == (end, 0, end - 1, lx), (p, table[p])
+        # The status page it printed: the same offsets, drawn; the proof says where to look.
+        page = re.search(r"Status page: (http://127\.0\.0\.1:\d+/) ", output)
+        assert page is not None, output
+        assert f"open {page.group(1)} in a browser" in output
+        rows = _status_page(page.group(1))
+        assert sorted(rows) == [("demo", p) for p in range(3)], rows
+        for p, (rx, lx, ry, end, *_) in table.items():
+            shown = rows[("demo", p)]
+            assert (shown["rx"], shown["lx"], shown["ry"], shown["lz"]) == (str(rx), str(lx), str(ry), str(end)), \
+                (p, shown, table[p])
+        with urllib.request.urlopen(f"{page.group(1)}metrics", timeout=10) as answer:
+            assert b"kafka_server_brokertopicmetrics_remotelogsizebytes" in answer.read()
         # Its copy-paste commands name this proxy and this store.
         assert f"kcat -C -b {bootstrap} -t demo -o beginning -e" in output
         assert f"describe --bootstrap-servers {bootstrap} --topic demo" in output

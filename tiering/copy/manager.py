@@ -442,7 +442,9 @@ class RemoteLogManager:
     def lag(self) -> dict[TopicIdPartition, int]:
         """Offsets below the last stable offset not yet in a copied segment, per partition."""
         result = {}
-        for tp, copier in self.copiers.items():
+        # A copy: DescribeLogDirs and the status page call this from threads other than the
+        # manager's, which adds and removes copiers meanwhile.
+        for tp, copier in list(self.copiers.items()):
             ry = copier.remote_end()
             result[tp] = max(0, copier.last_stable - (ry + 1 if ry is not None else max(copier.log_start, 0)))
         return result
