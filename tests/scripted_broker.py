@@ -78,9 +78,12 @@ class ScriptedBroker:
                 while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack_from(">i", buffer)[0]:
                     size = struct.unpack_from(">i", buffer)[0]
                     frame, buffer = buffer[4:4 + size], buffer[4 + size:]
-                    conn.sendall(self._answer(frame))
+                    answer = self._answer(frame)
+                    if answer is None:
+                        return  # a request it has no script for: closed, as Kafka closes on what it cannot answer
+                    conn.sendall(answer)
 
-    def _answer(self, frame: bytes) -> bytes:
+    def _answer(self, frame: bytes) -> bytes | None:
         api_key, version, corr = peek_request(frame)
         spec = api(api_key)
         self.received.append((api_key, version, frame))
@@ -95,8 +98,10 @@ class ScriptedBroker:
                     "brokers": [{"node_id": n, "host": "127.0.0.1", "port": self.port, "rack": None}
                                 for n in self.node_ids],
                     "topics": [], "cluster_authorized_operations": -2147483648}
-        else:
+        elif api_key in self.answers:
             body = self.answers[api_key](version, request)
+        else:
+            return None
         payload = encode_response_header(corr, spec.response_header_version(version)) + \
             spec.response_codec(version).encode(body)
         return struct.pack(">i", len(payload)) + payload

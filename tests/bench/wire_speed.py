@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import random
 import shutil
 import signal
@@ -101,6 +102,12 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
 
 
 # --- the proxy's memory ----------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int, key: str = "VmRSS:") -> float:
@@ -235,6 +242,7 @@ def raw_fetch_loop(bootstrap: str, topic: str, passes: int, timeout: float = 300
 class Produced:
     mb_per_s: float
     latencies_ms: list[float] = field(default_factory=list)
+    megabytes: float = 0.0  # acknowledged
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -280,7 +288,7 @@ def produce_for(bootstrap: str, topic: str, seconds: float, rate_mb_per_s: float
     elapsed = time.perf_counter() - started
     if left or failed:
         raise RuntimeError(f"produce to {topic}: {left} undelivered, {len(failed)} failed ({failed[:1]})")
-    return Produced(acked[0] * RECORD_BYTES / elapsed / 1e6, latencies)
+    return Produced(acked[0] * RECORD_BYTES / elapsed / 1e6, latencies, acked[0] * RECORD_BYTES / 1e6)
 
 
 # --- report ----------------------------------------------------------------------------------------
@@ -366,9 +374,15 @@ def run(args: argparse.Namespace, work: Path) -> None:
         paced: dict[str, list[Produced]] = {name: [] for name in paths}
         target = f"{topic}-produce"
         create_topic(broker.bootstrap, target)
+        produce_cpu: dict[str, list[float]] = {name: [] for name in proxies}  # proxy CPU ms per MB
         for _ in range(max(1, args.runs // 2)):
             for name, bootstrap in paths.items():
+                pid = proxies[name].process.pid if name in proxies else None
+                before = cpu_seconds(pid) if pid else 0.0
                 produced[name].append(produce_for(bootstrap, target, args.produce_s, None))
+                if pid:
+                    megabytes = produced[name][-1].megabytes
+                    produce_cpu[name].append((cpu_seconds(pid) - before) * 1000 / max(megabytes, 1e-9))
         half = statistics.median(p.mb_per_s for p in produced["direct"]) / 2
         for _ in range(max(1, args.runs // 2)):
             for name, bootstrap in paths.items():
@@ -402,6 +416,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
         added = "; ".join(f"{n} +{statistics.median(figures[n]) - statistics.median(figures['direct']):.2f} ms"
                           for n in names[1:])
         row(f"produce latency {label} at {half:.0f} MB/s, ms ({added})", figures, ".2f")
+    for name in proxies:
+        print(f"\n{name}: CPU per MB produced {cell(produce_cpu[name], '.2f')} ms (the second hop's cost, "
+              "kernel TCP included, on cores the producer and broker share)")
     for name in proxies:
         print(f"\n{name}: peak RSS during reads {max(peaks[name]):.0f} MB "
               f"(per run: {', '.join(f'{x:.0f}' for x in peaks[name])}); VmHWM at the end {hwm[name]:.0f} MB")
