@@ -3,7 +3,7 @@
 Neither noida-db nor Tansu 0.6 has KIP-848's ConsumerGroupHeartbeat or any KIP-932 share-group API
 (tests/UPSTREAMS.md), so the proxy's handling of them is tested against this: a loopback server
 that speaks the Kafka wire protocol through our codecs, answers ApiVersions with a recorded Kafka
-release's ranges, Metadata with its script's brokers (all on its one port), and every other
+release's ranges, Metadata with its script's brokers (all on its one port) unless the script answers it, and every other
 request with what the test's answer function returns for the decoded request. It keeps each
 request frame it received, so a test can compare bytes. It is no broker: it checks nothing and
 stores nothing, which is why the tests that use it say which paths only it proves.
@@ -31,6 +31,7 @@ class ScriptedBroker:
         self.answers = dict(answers)
         self.node_ids = node_ids
         self.received: list[tuple[int, int, bytes]] = []  # (api key, version, whole request frame)
+        self.connections = 0  # accepted so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
         self.port = self._listener.getsockname()[1]
@@ -59,6 +60,7 @@ class ScriptedBroker:
                 continue
             thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
             self._threads.append(thread)
+            self.connections += 1
             thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -93,7 +95,7 @@ class ScriptedBroker:
             body = {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
                 {"api_key": key, "min_version": low, "max_version": high}
                 for key, (low, high) in sorted(self.api_versions.items())]}
-        elif api_key == METADATA:
+        elif api_key == METADATA and METADATA not in self.answers:
             body = {"throttle_time_ms": 0, "cluster_id": "scripted-kafka-4", "controller_id": self.node_ids[0],
                     "brokers": [{"node_id": n, "host": "127.0.0.1", "port": self.port, "rack": None}
                                 for n in self.node_ids],

@@ -285,6 +285,16 @@ class BrokerClient:
             self._connections.pop(address, None)
             raise
 
+    def connect_all(self) -> None:
+        """Learn the brokers and open a connection to each (ApiVersions and, with SASL, the login
+        done), so a later request pays neither; a broker that cannot be reached now is skipped."""
+        self.metadata([])
+        for address in self.brokers.values():
+            try:
+                self._connection(address)
+            except BrokerClientError as exc:
+                log.debug("cannot connect to broker %s:%d ahead of use: %s", *address, exc)
+
     def supported(self, node_id: int, api_key: int) -> tuple[int, int] | None:
         """The (min, max) versions of an API the node offers, or None."""
         return self._connection(self._node(node_id)).versions.get(api_key)
@@ -359,6 +369,21 @@ class BrokerClient:
         if offset >= answer.high_watermark:
             return []  # nothing at or after offset: no transaction can end there
         return answer.aborted_transactions if stable > offset else None
+
+    def list_offsets(self, leader: int, partitions: list[tuple[str, int]], timestamp: int,
+                     read_committed: bool = False) -> dict[tuple[str, int], tuple[int, int]]:
+        """(error code, offset) per (topic, partition) for EARLIEST (-2), LATEST (-1) or a timestamp,
+        in one request to ``leader``."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0, "timeout_ms": 0,
+                "topics": [{"name": topic, "partitions": [
+                    {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp, "max_num_offsets": 1}
+                    for p in numbers]} for topic, numbers in by_topic.items()]}
+        response, _ = self._call(self._node(leader), LIST_OFFSETS, body)
+        return {(t["name"], p["partition_index"]): (p["error_code"], p.get("offset", -1))
+                for t in response["topics"] for p in t["partitions"]}
 
     def list_offset(self, leader: int, topic: str, partition: int, timestamp: int,
                     read_committed: bool = False) -> tuple[int, int]:

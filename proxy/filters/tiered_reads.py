@@ -132,7 +132,7 @@ class TieredReads(Filter):
                                    chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 128 << 20),
                                    chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
                                    prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 8),
-                                   local_aborted=tiering.manager.aborted_transactions_at,
+                                   local_aborted=tiering.manager.questions.aborted_transactions_at,
                                    prefetch_max_chunks=_int(props, "remote.log.chunk.prefetch.max.chunks", 8))
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
@@ -328,20 +328,21 @@ class TieredReads(Filter):
                 except RemoteStorageError as exc:
                     results[i] = exc
 
-            async def ask_log_ends(tp: TopicIdPartition) -> None:
-                ends = await trio.to_thread.run_sync(self.tiering.manager.log_ends, tp, limiter=self.limiter,
+            async def ask_log_ends(tps: list[TopicIdPartition]) -> None:
+                ends = await trio.to_thread.run_sync(self.tiering.manager.questions.log_ends, tps, limiter=self.limiter,
                                                      abandon_on_cancel=True)
-                if ends is not None:
-                    self._log_ends[tp] = (time.monotonic(), *ends)
+                for tp, (high_watermark, last_stable) in ends.items():
+                    self._log_ends[tp] = (time.monotonic(), high_watermark, last_stable)
 
             now = time.monotonic()
             with trio.move_on_after(self.max_wait_s):
                 async with trio.open_nursery() as nursery:
                     for i, (_, tp, offset, _) in enumerate(to_read):
                         nursery.start_soon(read_one, i, tp, offset, int(limits[i] * scale))
-                    for tp in {tp for _, tp, _, _ in to_read}:
-                        if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S:
-                            nursery.start_soon(ask_log_ends, tp)
+                    stale = [tp for tp in dict.fromkeys(tp for _, tp, _, _ in to_read)
+                             if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S]
+                    if stale:  # all in one question (one ListOffsets of each kind per leader)
+                        nursery.start_soon(ask_log_ends, stale)
             holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True

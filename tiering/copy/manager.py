@@ -20,10 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
 
-from protocol.errors import ErrorCode
-from tiering.broker_client import LATEST, BrokerClient, BrokerClientError, TopicInfo
+from tiering.broker_client import BrokerClient, BrokerClientError, TopicInfo
 from tiering.client_security import ClientSecurity
 from tiering.config import TieringConfig, TopicTiering
 from tiering.copy.copier import PartitionCopier, delete_remote_segment, now_ms
@@ -39,11 +37,11 @@ from tiering.model import (
     TopicIdPartition,
     TopicTieringState,
 )
+from tiering.read.broker_questions import BrokerQuestions
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PROGRESS_INTERVAL_S = 5.0  # long deletes log how far they are
 
@@ -69,6 +67,8 @@ class RemoteLogManager:
         self._clients: list[BrokerClient] = []
         self._clients_lock = threading.Lock()
         self._control = BrokerClient(bootstrap_servers, security=self.security)
+        # The remote reads' questions to the brokers; learns the leaders from each round's Metadata.
+        self.questions = BrokerQuestions(bootstrap_servers, self.security)
         self._pool = ThreadPoolExecutor(config.thread_pool_size, thread_name_prefix="rlm-copier")
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -86,6 +86,7 @@ class RemoteLogManager:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="remote-log-manager", daemon=True)
         self._thread.start()
+        self.questions.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
@@ -101,6 +102,7 @@ class RemoteLogManager:
             for client in self._clients:
                 client.close()
         self._control.close()
+        self.questions.close()
 
     def _loop(self) -> None:
         interval = self.config.task_interval_ms / 1000
@@ -154,42 +156,17 @@ class RemoteLogManager:
         self.rounds += 1
 
     def _client(self) -> BrokerClient:
+        """The copier thread's own client."""
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = BrokerClient(self.bootstrap_servers, security=self.security)
-            with self._clients_lock:
-                self._clients.append(client)
+            client = self._local.client = self._new_client()
         return client
 
-    def aborted_transactions_at(self, tp: TopicIdPartition, offset: int) -> list[tuple[int, int]] | None:
-        """The brokers' aborted transactions at ``offset`` (BrokerClient's ``aborted_transactions_at``),
-        for the remote reader's threads; None also when the brokers cannot be asked now."""
-        return self._ask_leader(tp, "which transactions ended above the remote tier",
-                                lambda client, leader: client.aborted_transactions_at(leader, tp.topic, tp.partition,
-                                                                                      offset))
-
-    def log_ends(self, tp: TopicIdPartition) -> tuple[int, int] | None:
-        """The partition's high watermark and last stable offset as its leader says now (ListOffsets
-        LATEST, read_uncommitted and read_committed), for Fetch answers served from the remote tier:
-        the brokers' OFFSET_OUT_OF_RANGE they replace carries -1 for both. None when the brokers
-        cannot say now."""
-        def ask(client: BrokerClient, leader: int) -> tuple[int, int] | None:
-            hw_error, high_watermark = client.list_offset(leader, tp.topic, tp.partition, LATEST)
-            lso_error, last_stable = client.list_offset(leader, tp.topic, tp.partition, LATEST, read_committed=True)
-            return (high_watermark, last_stable) if hw_error == lso_error == ErrorCode.NONE else None
-
-        return self._ask_leader(tp, "for the log end of a remote read's answer", ask)
-
-    def _ask_leader(self, tp: TopicIdPartition, what: str, call: Callable[[BrokerClient, int], T]) -> T | None:
-        """``call(client, leader)`` with this thread's client and the partition's leader as the
-        brokers' metadata names it now; None, logged, when the brokers cannot be asked."""
-        client = self._client()
-        try:
-            leader = client.metadata([tp.topic])[tp.topic].partitions[tp.partition].leader
-            return call(client, leader)
-        except (BrokerClientError, OSError, KeyError) as exc:
-            log.warning("%s: cannot ask the brokers %s: %s", tp, what, exc)
-            return None
+    def _new_client(self) -> BrokerClient:
+        client = BrokerClient(self.bootstrap_servers, security=self.security)
+        with self._clients_lock:
+            self._clients.append(client)
+        return client
 
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
@@ -213,6 +190,7 @@ class RemoteLogManager:
         except BrokerClientError as exc:
             log.warning("cannot read cluster metadata for tiering: %s", exc)
             return
+        self.questions.learn_leaders(topics)
         self._notice_vanished_topics(topics)
         wanted: dict[TopicIdPartition, tuple[int, int, TopicTiering, TopicTieringState]] = {}
         undescribed: set[str] = set()

@@ -20,6 +20,7 @@ moment (at most one per reader thread plus one per prefetch thread).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -66,6 +67,12 @@ class ChunkCache:
         self._prefetcher = ThreadPoolExecutor(prefetch_threads, thread_name_prefix="chunk-prefetch") \
             if prefetch_threads > 0 else None
         self.hits = self.misses = self.prefetches = 0
+        if self._prefetcher is not None:
+            # Every thread started now: started by a first read's prefetches they took 20 ms of its
+            # time to its first record (issue 26). Each waits until all are up, so none is reused.
+            started = threading.Barrier(prefetch_threads)
+            for _ in range(prefetch_threads):
+                self._prefetcher.submit(_wait_quietly, started)
 
     def close(self) -> None:
         if self._prefetcher is not None:
@@ -193,3 +200,8 @@ class ChunkCache:
             self._chunk(segment, index, prefetched=True)
         except Exception:  # noqa: BLE001 - a failed prefetch is retried by the read that needs it
             pass
+
+
+def _wait_quietly(barrier: threading.Barrier) -> None:
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(5)
