@@ -153,7 +153,6 @@ class StatusSource:
     def snapshot(self) -> StatusSnapshot:
         config = self.core.config
         budgets = [BudgetState(b.name, b.used, b.peak, b.limit, b.waits) for b in list(self.core.metrics.budgets)]
-        tiering = self.tiering is not None and self.reader is not None
         view = tiers_view(self.tiering, self.reader, self.brokers) \
             if self.tiering is not None and self.reader is not None else None
         tier = None
@@ -162,7 +161,7 @@ class StatusSource:
             tier = TierRequests(self.tiering.storage_uri.split("?", 1)[0], requests, failures, read, written)
         return StatusSnapshot(
             generated_at=time.time(), bootstrap=self.core.bootstrap_address, workers=config.workers,
-            worker_index=config.worker_index, brokers=self.core.brokers_seen(), tiering=tiering,
+            worker_index=config.worker_index, brokers=self.core.brokers_seen(), tiering=view is not None,
             partitions=view.partitions if view is not None else [], topics=view.topics if view is not None else {},
             tier=tier, activity=self.ring.buckets(), bucket_seconds=self.ring.bucket_s,
             window_seconds=self.ring.window_s, budgets=budgets)

@@ -23,7 +23,7 @@ from protocol.errors import ErrorCode
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient, BrokerClientError
 from tiering.client_security import ClientSecurity
 from tiering.model import TieringState, TopicIdPartition
-from tiering.read.reader import RemoteReader
+from tiering.read.reader import RemoteReader, earliest_offset
 from tiering.service import TieringService
 
 log = logging.getLogger(__name__)
@@ -125,9 +125,7 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
         else:
             lx = lz = None
             source = UNKNOWN
-        # EARLIEST: the remote log start where it is below the brokers', else the brokers' answer.
-        rx = None if ry is None else (
-            remote_start if remote_start is not None and (lx is None or lx < 0 or remote_start < lx) else lx)
+        rx = None if ry is None else earliest_offset(remote_start, lx)
         rows.append(PartitionTiers(
             tp.topic, tp.partition, rx, ry, lx, lz, remote_start, len(segments),
             sum(s.segment_size_bytes for s in segments), lag.get(tp, 0), states[tp.topic],
@@ -172,18 +170,21 @@ class BrokerOffsets:
             if self._client is None:
                 self._client = BrokerClient(self.bootstrap, timeout_s=self.timeout_s, security=self.security)
             topics = self._client.metadata(sorted({topic for topic, _ in keys}))
+            by_leader: dict[int, list[tuple[str, int]]] = {}
             for topic, partition in keys:
+                info = topics.get(topic)
+                if info is not None and partition in info.partitions:
+                    by_leader.setdefault(info.partitions[partition].leader, []).append((topic, partition))
+            for leader, led in by_leader.items():
                 if time.monotonic() >= deadline:
                     break  # the rest stay unknown on this page
-                info = topics.get(topic)
-                if info is None or partition not in info.partitions:
-                    continue
-                leader = info.partitions[partition].leader
-                start_error, start = self._client.list_offset(leader, topic, partition, EARLIEST)
-                end_error, end = self._client.list_offset(leader, topic, partition, LATEST)
-                if start_error == end_error == ErrorCode.NONE:
-                    self._known[(topic, partition)] = (time.monotonic(), start, end)
-        except (BrokerClientError, OSError) as exc:
+                starts = self._client.list_offsets(leader, led, EARLIEST)
+                ends = self._client.list_offsets(leader, led, LATEST)
+                for key in led:
+                    (start_error, start), (end_error, end) = starts[key], ends[key]
+                    if start_error == end_error == ErrorCode.NONE:
+                        self._known[key] = (time.monotonic(), start, end)
+        except (BrokerClientError, OSError, KeyError) as exc:
             log.debug("status page: cannot ask the brokers for log offsets: %s", exc)
             self._failed_at = time.monotonic()
             self.close_client()

@@ -53,7 +53,7 @@ from protocol.errors import ErrorCode
 from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from tiering.model import TopicIdPartition
-from tiering.read.reader import RemoteRead, RemoteReader
+from tiering.read.reader import RemoteRead, RemoteReader, earliest_offset
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError
 
@@ -451,8 +451,8 @@ class TieredReads(Filter):
             return False
         if timestamp == EARLIEST:
             rx = self.reader.log_start(tp)
-            if rx is None or not (p["offset"] < 0 or rx < p["offset"]):
-                return False
+            if rx is None or earliest_offset(rx, p["offset"]) == p["offset"]:
+                return False  # the brokers' log start stands
             p["offset"], p["timestamp"], p["leader_epoch"] = rx, -1, self.reader.leader_epoch_of(tp, rx)
             return True
         if timestamp == MAX_TIMESTAMP:

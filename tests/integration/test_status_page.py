@@ -13,6 +13,7 @@ import base64
 import contextlib
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,7 +167,5 @@ def test_the_status_page_shows_what_describe_shows(tiered_proxy, tmp_path: Path)
         errors = [entry for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
         assert errors == [], errors
     # The metrics stay where Prometheus scrapes them.
-    import urllib.request
-
     with urllib.request.urlopen(f"{url}metrics", timeout=10) as answer:
         assert b"tiered_proxy_connections" in answer.read()

@@ -62,6 +62,14 @@ class RemoteRead:
 LocalAborted = Callable[[TopicIdPartition, int], "list[tuple[int, int]] | None"]
 
 
+def earliest_offset(remote_start: int | None, broker_start: int | None) -> int | None:
+    """What ListOffsets EARLIEST (-2) answers through the proxy: the remote tier's first offset where
+    it is below the brokers' log start (or the brokers have none), else the brokers' log start."""
+    if remote_start is not None and (broker_start is None or broker_start < 0 or remote_start < broker_start):
+        return remote_start
+    return broker_start
+
+
 class RemoteReader:
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                  index_cache_bytes: int = 1 << 30, chunk_cache_bytes: int = 0, chunk_bytes: int = 1 << 20,
