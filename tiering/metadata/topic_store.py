@@ -57,6 +57,7 @@ OWNER_EPOCH_HEADER = "tiered-proxy.owner.epoch"
 OWNER_HEADER = "tiered-proxy.owner"
 CLAIM_KEY = b"tiered-proxy.owner.claim"
 _CLAIM_ATTEMPTS = 5
+_CREATED_TOPIC_VISIBLE_S = 10.0  # the most a new metadata topic may take to show its partitions
 
 
 def _header(headers: list[tuple[str, bytes]] | None, name: str) -> bytes | None:
@@ -140,6 +141,12 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 # topic for it uses the topic as it is.
                 refused = e
             described = admin.describe_topics([self.topic])
+            # Kafka answers CreateTopics before the broker asked names the new topic's partitions
+            # (seen on Kafka 4.4 in CI: 0 partitions right after creation).
+            deadline = time.monotonic() + _CREATED_TOPIC_VISIBLE_S
+            while refused is None and not described[0]["partitions"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+                described = admin.describe_topics([self.topic])
             if refused is not None and (described[0].get("error_code") or not described[0]["partitions"]):
                 raise refused
             count = len(described[0]["partitions"])
