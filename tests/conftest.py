@@ -83,7 +83,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 HISTORY_FIXTURES = {"history", "history44", "history39"}
 # Session clusters that take 10-30 s to start: the tests that use one form one group, so that it
 # starts on one worker only (a group per file started them on both).
-SHARED_CLUSTERS = ("kafka_secure", "kafka_three", "kafka_native_tiered")
+SHARED_CLUSTERS = ("kafka_secure", "kafka_three", "kafka_native_tiered", "kafka39_native_tiered")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group into the node id

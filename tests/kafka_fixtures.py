@@ -72,3 +72,10 @@ def kafka_native_tiered(request: pytest.FixtureRequest,
     """Apache Kafka 4.4.0 with its own tiered storage on (LocalTieredStorage in ``remote_storage_dir``)."""
     yield from _cluster(request, tmp_path_factory, "kafka-native-tiered", start_native_tiered,
                         DEFAULT_VERSION)
+
+
+@pytest.fixture(scope="session")
+def kafka39_native_tiered(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Apache Kafka 3.9.x with its own tiered storage on (LocalTieredStorage in ``remote_storage_dir``)."""
+    yield from _cluster(request, tmp_path_factory, f"kafka-{KAFKA_39}-native-tiered", start_native_tiered, KAFKA_39)

@@ -103,7 +103,8 @@ def spark_kafka_connector(spark_version: str) -> Path:
         try:
             return _spark_connector(spark_version)
         except JarsUnavailable as e:
-            if "was not found" not in str(e):
+            # Maven says "Could not find artifact" the first time, "was not found" once cached.
+            if "was not found" not in str(e) and "Could not find artifact" not in str(e):
                 raise
             missing.write_text(str(e))
     if spark_version != SPARK_CONNECTOR_FALLBACK:

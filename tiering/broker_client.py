@@ -32,14 +32,17 @@ from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from tiering.client_security import ClientSecurity, SaslAuthenticationError, sasl_exchange
 from tiering.topic_configs import BrokerTopicConfigs
+from tiering.topic_owner import SYSTEM_ENABLE
 
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "tiered-proxy-tiering"
 # The newest version of each API this client speaks: Fetch v12 still names topics (v13+ only by
-# id, and noida-db reports zero ids), Metadata v10+ carries topic ids.
-PREFERRED_VERSIONS = {FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, DESCRIBE_CONFIGS: 4, DELETE_RECORDS: 2}
+# id, and noida-db reports zero ids), Metadata v10+ carries topic ids, ListOffsets v8 and v9 take
+# EARLIEST_LOCAL (-4) and LATEST_TIERED (-5).
+PREFERRED_VERSIONS = {FETCH: 12, LIST_OFFSETS: 9, METADATA: 12, DESCRIBE_CONFIGS: 4, DELETE_RECORDS: 2}
 _TOPIC_RESOURCE = 2
+_BROKER_RESOURCE = 4
 _LENGTH = struct.Struct(">i")
 
 EARLIEST = -2
@@ -424,6 +427,31 @@ class BrokerClient:
             if r["error_code"] == ErrorCode.NONE:
                 result[r["resource_name"]] = BrokerTopicConfigs.from_described(r["configs"])
         return result
+
+    def tiered_storage_enabled(self) -> bool | None:
+        """A broker's ``remote.log.storage.system.enable``: as it describes it, False where it
+        describes its configs without the key (no tiered storage of its own: noida-db, Tansu),
+        None where it would not say (refused, or no broker answered)."""
+        try:
+            if not self.brokers:
+                self.metadata([])
+            node = min(self.brokers) if self.brokers else None
+            if node is None:
+                return None
+            body = {"resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": str(node),
+                                   "configuration_keys": None}],  # null: Tansu drops named keys
+                    "include_synonyms": False, "include_documentation": False}
+            response, _ = self._call(self._node(node), DESCRIBE_CONFIGS, body)
+        except BrokerClientError as exc:
+            log.debug("cannot describe the brokers' configs: %s", exc)
+            return None
+        for r in response["results"]:
+            if r["error_code"] != ErrorCode.NONE:
+                return None
+            for c in r["configs"]:
+                if c["name"] == SYSTEM_ENABLE:
+                    return str(c.get("value")).strip().lower() == "true"
+        return False
 
     def delete_records(self, leader: int, topic: str, partition: int, offset: int,
                        timeout_ms: int = 10_000) -> tuple[int, int]:

@@ -48,7 +48,7 @@ class PartitionTiers:
     segments: int
     remote_bytes: int
     lag: int  # offsets below the last stable offset not yet copied (describe's LAG)
-    state: str  # the topic's KIP-950 state as describe prints it ("ENABLED retain 1"), "-" if none
+    state: str  # the topic's KIP-950 state and owner as describe prints it (see state_text)
     lost: tuple[tuple[int, int], ...] = ()  # ranges the brokers deleted before they were tiered
     diverged: tuple[tuple[int, int], ...] = ()  # ranges cut back because the cluster's log replaced them
     copied_here: bool = False  # a copier of this process follows the partition
@@ -71,26 +71,30 @@ class TiersView:
     topics: dict[str, str] = field(default_factory=dict)
 
 
-def _state_text(service: TieringService, topic: str) -> str:
-    """The topic's state exactly as DescribeLogDirs tags it and describe prints it."""
+def state_text(service: TieringService, topic: str) -> str:
+    """The topic's KIP-950 state and who tiers it, exactly as DescribeLogDirs tags it and describe
+    prints it: "ENABLED retain 1, tiered by proxy", "tiered by brokers" (the proxy has no record
+    of a topic the brokers tier), "-" for neither."""
     state = service.metadata.topic_tiering_state(topic)
+    owner = f"tiered by {service.manager.tiered_by(topic).value}"
     if state is None or state.deleted:
-        return "-"
+        return owner if topic in service.manager.brokers_hold else "-"
     return (f"{state.state.name if state.state is not None else 'NONE'} {state.disable_policy.config_value} "
-            f"{state.tiered_epoch}")
+            f"{state.tiered_epoch}, {owner}")
 
 
-def _listed(service: TieringService, lag: dict[TopicIdPartition, int]) -> tuple[list[TopicIdPartition], set[str]]:
+def listed(service: TieringService, lag: dict[TopicIdPartition, int]) -> tuple[list[TopicIdPartition], set[str]]:
     """The partitions and topics the remote log dir lists (as DescribeLogDirs does): readable
-    partitions, partitions a copier follows, and topics being disabled or disabled."""
-    listed = {(tp.topic, tp.partition): tp for tp in service.metadata.readable_partitions()}
+    partitions, partitions a copier follows, and topics being disabled or disabled or tiered by
+    the brokers (which may have no partitions here)."""
+    partitions = {(tp.topic, tp.partition): tp for tp in service.metadata.readable_partitions()}
     for tp in lag:
-        listed.setdefault((tp.topic, tp.partition), tp)
-    topics = {topic for topic, _ in listed}
+        partitions.setdefault((tp.topic, tp.partition), tp)
+    topics = {topic for topic, _ in partitions} | service.manager.brokers_hold
     for name, state in service.metadata.topic_tiering_states().items():
         if not state.deleted and state.state in (TieringState.DISABLING, TieringState.DISABLED):
             topics.add(name)
-    return sorted(listed.values(), key=lambda tp: (tp.topic, tp.partition)), topics
+    return sorted(partitions.values(), key=lambda tp: (tp.topic, tp.partition)), topics
 
 
 def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOffsets | None = None) -> TiersView:
@@ -99,7 +103,7 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
     metadata = service.metadata
     copiers = dict(service.manager.copiers)  # the manager's thread adds and removes copiers
     lag = service.manager.lag()
-    partitions, topics = _listed(service, lag)
+    partitions, topics = listed(service, lag)
     readable = {(tp.topic, tp.partition) for tp in metadata.readable_partitions()}
     ends: dict[TopicIdPartition, tuple[int, int]] = {}
     for tp in partitions:
@@ -110,7 +114,7 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
                 and copier.log_start >= 0:
             ends[tp] = (copier.log_start, copier.high_watermark)
     asked = brokers.offsets([(tp.topic, tp.partition) for tp in partitions if tp not in ends]) if brokers else {}
-    states = {topic: _state_text(service, topic) for topic in topics}
+    states = {topic: state_text(service, topic) for topic in topics}
     rows = []
     for tp in partitions:
         segments = metadata.copied_segments(tp)

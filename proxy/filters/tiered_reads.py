@@ -31,7 +31,9 @@ which come from the brokers' Metadata).
 ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
 broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
 broker's log start ``Lx`` (the broker is asked EARLIEST), LATEST_TIERED (-5) ``Ry`` or -1, and
-MAX_TIMESTAMP (-3) and timestamps are looked up in the remote time indexes first.
+MAX_TIMESTAMP (-3) and timestamps are looked up in the remote time indexes first. A topic the
+brokers hold (``tiering.topic_owner``) gets their own -4 and -5 where their version takes them,
+and no remote-preferred routing: only what the proxy copied below their log start is its to serve.
 
 OffsetForLeaderEpoch: where the broker no longer knows an epoch (its log start passed it), the
 remote segments' leader-epoch data answers.
@@ -39,9 +41,7 @@ remote segments' leader-epoch data answers.
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +52,7 @@ from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
 from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
+from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteRead, RemoteReader, earliest_offset
 from tiering.service import TieringService
@@ -91,24 +92,6 @@ def list_offsets_upstream_version(version: int, broker: tuple[int, int]) -> int:
     (translated both ways; decoding fills the fields a version lacks with their defaults)."""
     low, high = broker
     return max(low, min(version, high))
-
-
-class TopicCounters:
-    """Per-topic counters, thread-safe (worker threads and the proxy's event loop add to them)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-
-    def add(self, topic: str, **deltas: int) -> None:
-        with self._lock:
-            counter = self._counts[topic]
-            for name, delta in deltas.items():
-                counter[name] += delta
-
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        with self._lock:
-            return {topic: dict(counter) for topic, counter in self._counts.items()}
 
 
 _LOG_ENDS_TTL_S = 1.0
@@ -222,7 +205,8 @@ class TieredReads(Filter):
                 tp = tiered.get(key)
                 if tp is not None:
                     wanted[key] = (tp, p["fetch_offset"], p["partition_max_bytes"])
-                    if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]):
+                    if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]) \
+                            and tp.topic not in self.tiering.manager.brokers_hold:  # theirs from their log start
                         preferred.add(key)
         if not wanted:
             return  # no tiered partition: the broker's answer stands
@@ -405,10 +389,15 @@ class TieredReads(Filter):
         request = ctx.request.body
         upstream_version = list_offsets_upstream_version(version, ctx.broker_versions.get(LIST_OFFSETS, (0, 0)))
         tiered = self._tiered_by("topic")
+        # What the broker answers itself at this version: for a topic it tiers, -4 and -5 are its own.
+        brokers_answer = {EARLIEST_LOCAL, LATEST_TIERED} if upstream_version >= 9 else {EARLIEST_LOCAL} \
+            if upstream_version == 8 else set()
         asked: dict[tuple[str, int], int] = {}
         for t in request["topics"]:
             for p in t["partitions"]:
                 key, timestamp = (t["name"], p["partition_index"]), p["timestamp"]
+                if timestamp in brokers_answer and t["name"] in self.tiering.manager.brokers_hold:
+                    continue
                 if key in tiered or timestamp in (EARLIEST_LOCAL, LATEST_TIERED):
                     asked[key] = timestamp
                 # The broker is asked what it can answer; the proxy fills in the rest.

@@ -55,9 +55,10 @@ from protocol.remote_log_dir import (
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from tiering.broker_client import BrokerClient, BrokerClientError
-from tiering.model import TieringState, TopicIdPartition, TopicTieringState
+from tiering.model import TopicIdPartition, TopicTieringState
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
+from tiering.status import listed, state_text
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
     TIERING_KEYS,
@@ -68,6 +69,7 @@ from tiering.topic_configs import (
     transition,
     validate,
 )
+from tiering.topic_owner import REMOTE_LOG_COPY_DISABLE, BrokerTiering, ownership_conflict, set_on_topic
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +230,8 @@ class TopicAdmin(Filter):
                 if result["resource_type"] != TOPIC_RESOURCE or name not in asked or result["error_code"] != ErrorCode.NONE:
                     continue  # a refusal stays the broker's
                 state = self._current(name)
+                if state is None and name in self.tiering.manager.brokers_hold:
+                    continue  # the brokers tier it: their tiering keys, as they describe them
                 if state is None and not result["configs"] and not await self._topic_exists(name):
                     continue  # Tansu describes a topic it does not have as an empty listing
                 # The proxy's record, else what is set on the topic at a broker that knows the keys
@@ -269,21 +273,24 @@ class TopicAdmin(Filter):
 
     async def _alter(self, ctx: RequestContext, *, incremental: bool) -> Answer | None:
         request = ctx.request.body
+        watched = (*TIERING_KEYS, REMOTE_LOG_COPY_DISABLE)
         topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
-                  and any(c["name"] in TIERING_KEYS for c in r["configs"])]
+                  and any(c["name"] in watched for c in r["configs"])]
         if not incremental:
             # AlterConfigs replaces every config: removing a tiering key counts as changing it.
             topics = [r for r in request["resources"] if r["resource_type"] == TOPIC_RESOURCE
-                      and (any(c["name"] in TIERING_KEYS for c in r["configs"]) or self._current(r["resource_name"]))]
+                      and (any(c["name"] in watched for c in r["configs"]) or self._current(r["resource_name"]))]
         if not topics:
             return None
         names = [r["resource_name"] for r in topics]
         try:
             broker_configs = await self._broker_call(lambda b: b.topic_configs(names))
             broker_topics = await self._broker_call(lambda b: b.metadata(names))
+            system = await self._broker_call(lambda b: b.tiered_storage_enabled()) \
+                if any(map(set_on_topic, broker_configs.values())) else None
         except BrokerClientError as e:
             log.warning("cannot read topic configs for an alteration: %s", e)
-            broker_configs, broker_topics = {}, {}
+            broker_configs, broker_topics, system = {}, {}, None
         refused: dict[str, tuple[ErrorCode, str]] = {}
         planned: dict[str, TopicTieringState] = {}
         now = _now_ms()
@@ -291,9 +298,20 @@ class TopicAdmin(Filter):
             name = r["resource_name"]
             current = self._current(name)
             described = broker_configs.get(name)
+            brokers = BrokerTiering.of(described, system) if described is not None else BrokerTiering(False, False)
+            conflict = ownership_conflict(name, r["configs"], brokers, current, incremental=incremental)
+            if conflict is not None:
+                refused[name] = (ErrorCode.INVALID_CONFIG, conflict)
+                continue
+            keys = {c["name"] for c in r["configs"]}
+            if brokers.holds and current is None and REMOTE_STORAGE_ENABLE not in keys:
+                continue  # the brokers' topic: its tiering keys go to them untouched
+            if incremental and keys.isdisjoint(TIERING_KEYS):
+                continue  # only remote.log.copy.disable, which is the brokers' key
             # An incremental change starts from the topic's tiering values: the proxy's record, or
-            # (none yet) those set on the topic at a broker that knows the keys.
-            start = current.config_map if current is not None else described.tiering_values() if described else {}
+            # (none yet) those set on the topic at a broker that knows the keys but does not tier.
+            start = current.config_map if current is not None else \
+                described.tiering_values() if described and not brokers.holds else {}
             values = dict(start) if incremental else {}
             related = {k: v for k, v in (described.applicable() if described else {}).items() if k in _RELATED}
             named = False
@@ -435,24 +453,18 @@ class TopicAdmin(Filter):
     def _remote_log_dir(self, wanted: set[tuple[str, int]] | None, version: int) -> dict[str, Any]:
         metadata = self.tiering.metadata
         lag = self.tiering.manager.lag()
-        by_topic: dict[str, list[TopicIdPartition]] = {}
-        for tp in metadata.readable_partitions():
+        partitions_listed, topics_listed = listed(self.tiering, lag)
+        wanted_topics = None if wanted is None else {topic for topic, _ in wanted}
+        # Topics being disabled, disabled, or tiered by the brokers may have no partitions here:
+        # listed with none, so that their state still shows.
+        by_topic: dict[str, list[TopicIdPartition]] = {
+            name: [] for name in topics_listed if wanted_topics is None or name in wanted_topics}
+        for tp in partitions_listed:
             if wanted is None or (tp.topic, tp.partition) in wanted:
                 by_topic.setdefault(tp.topic, []).append(tp)
-        for tp in lag:
-            if (wanted is None or (tp.topic, tp.partition) in wanted) and tp not in by_topic.get(tp.topic, []):
-                by_topic.setdefault(tp.topic, []).append(tp)
-        # A topic whose tiering is being disabled or is off has no readable partitions (with the
-        # delete policy none at all): listed with none, so that its KIP-950 state still shows.
-        wanted_topics = None if wanted is None else {topic for topic, _ in wanted}
-        for name, state in metadata.topic_tiering_states().items():
-            if (not state.deleted and state.state in (TieringState.DISABLING, TieringState.DISABLED)
-                    and (wanted_topics is None or name in wanted_topics)):
-                by_topic.setdefault(name, [])
         topics = []
         total = 0
         for name, tps in sorted(by_topic.items()):
-            state = self._current(name)
             partitions = []
             for tp in sorted(tps, key=lambda t: t.partition):
                 segments = metadata.copied_segments(tp)
@@ -472,9 +484,8 @@ class TopicAdmin(Filter):
                             sum(d.last_offset - d.first_offset + 1 for d in diverged), len(diverged))
                 partitions.append(entry)
             topic: dict[str, Any] = {"name": name, "partitions": partitions}
-            if version >= 2 and state is not None:
-                text = (f"{state.state.name if state.state is not None else 'NONE'} "
-                        f"{state.disable_policy.config_value} {state.tiered_epoch}")
+            text = state_text(self.tiering, name)
+            if version >= 2 and text != "-":
                 topic["_unknown_tags"] = {TAG_TIERING_STATE: text.encode()}
             topics.append(topic)
         return {"error_code": 0, "log_dir": f"{REMOTE_LOG_DIR_PREFIX}{self.tiering.storage_uri}", "topics": topics,

@@ -528,7 +528,7 @@ def test_kafka_topic_tools_operate_tiering_through_the_proxy(kafka: KafkaCluster
     assert list_offsets(proxy.bootstrap, topic, 1, "EARLIEST") == {0: 0}
     row = describe_row(proxy.bootstrap, topic)
     assert (row.rx, row.ry, row.lx, row.segments, row.state) == (
-        0, segments[-1][1], log_start, len(segments), "ENABLED retain 1"), (row, segments)
+        0, segments[-1][1], log_start, len(segments), "ENABLED retain 1, tiered by proxy"), (row, segments)
     # Segments tile the log from 0 past the log start, all finished; the local folder store returns no
     # KIP-917 custom metadata (the S3 store does).
     assert [(start, state, custom) for start, _, state, custom in segments] == (

@@ -23,6 +23,7 @@ from tiering.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tiering.topic_owner import TieredBy
 
 TOPIC_ID = uuid.UUID(int=11)
 HEALTHY, TROUBLED = TopicIdPartition(TOPIC_ID, "t", 0), TopicIdPartition(TOPIC_ID, "t", 1)
@@ -39,8 +40,8 @@ def _copied(store: FileMetadataStore, tp: TopicIdPartition, start: int, end: int
 def _admin(store: FileMetadataStore) -> TopicAdmin:
     """A TopicAdmin filter with only what answering DescribeLogDirs reads (no broker client)."""
     admin = object.__new__(TopicAdmin)
-    admin.tiering = SimpleNamespace(metadata=store, manager=SimpleNamespace(lag=dict),  # type: ignore[assignment]
-                                    storage_uri="file:///r")
+    manager = SimpleNamespace(lag=dict, brokers_hold=frozenset(), tiered_by=lambda _: TieredBy.PROXY)
+    admin.tiering = SimpleNamespace(metadata=store, manager=manager, storage_uri="file:///r")  # type: ignore[assignment]
     return admin
 
 

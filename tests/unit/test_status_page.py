@@ -27,6 +27,7 @@ from proxy.status_page import (
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteReader
 from tiering.status import FROM_COPIER, PartitionTiers, tiers_view
+from tiering.topic_owner import TieredBy
 
 HOSTILE = ["<script>alert(1)</script>", "a\"b'c&d", "</td></tr><img src=x onerror=alert(1)>", "&amp;"]
 
@@ -234,7 +235,8 @@ def test_tiers_view_answers_rx_as_list_offsets_earliest_does() -> None:
                                                          tiered_epoch=3))
     copier = SimpleNamespace(tiered_epoch=3, log_start=150, high_watermark=500)
     manager = SimpleNamespace(copiers={behind: copier, ahead: copier, idle: SimpleNamespace(
-        tiered_epoch=None, log_start=-1, high_watermark=-1)}, lag=lambda: {behind: 7, ahead: 0, idle: 0})
+        tiered_epoch=None, log_start=-1, high_watermark=-1)}, lag=lambda: {behind: 7, ahead: 0, idle: 0},
+        brokers_hold=frozenset({"theirs"}), tiered_by=lambda name: TieredBy.BROKERS if name == "theirs" else TieredBy.PROXY)
     service = SimpleNamespace(metadata=metadata, manager=manager)
     asked: list[list[tuple[str, int]]] = []
     brokers = SimpleNamespace(offsets=lambda wanted: asked.append(list(wanted)) or {("t", 2): (40, 41)})
@@ -242,9 +244,10 @@ def test_tiers_view_answers_rx_as_list_offsets_earliest_does() -> None:
     rows = {r.partition: r for r in view.partitions}
     assert (rows[0].rx, rows[0].ry, rows[0].lx, rows[0].lz, rows[0].segments, rows[0].remote_bytes) == \
         (0, 199, 150, 500, 2, 200)
-    assert (rows[0].lag, rows[0].lost_offsets, rows[0].state) == (7, 2, "ENABLED retain 3")
+    assert (rows[0].lag, rows[0].lost_offsets, rows[0].state) == (7, 2, "ENABLED retain 3, tiered by proxy")
     assert (rows[1].rx, rows[1].remote_start, rows[1].ry) == (150, 300, 399)  # EARLIEST: the brokers' log start
     # Not readable, its copier not copying: the brokers are asked for its log offsets.
     assert (rows[2].rx, rows[2].ry, rows[2].lx, rows[2].lz, rows[2].offsets_from) == (None, None, 40, 41, "brokers")
     assert asked == [[("t", 2)]]
-    assert view.topics == {"t": "ENABLED retain 3"}
+    # A topic the brokers tier is listed with no partitions; the proxy's record of it says who tiers it.
+    assert view.topics == {"t": "ENABLED retain 3, tiered by proxy", "theirs": "ENABLED retain 3, tiered by brokers"}

@@ -132,6 +132,7 @@ class PartitionCopier:
         self.interrupted = False
         # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
         self.tiered_epoch: int | None = 0
+        self.may_move_log_start = True  # False while the brokers hold remote data of the topic
 
     # --- the pass ------------------------------------------------------------------------------
 
@@ -464,7 +465,7 @@ class PartitionCopier:
 
     def _local_retention(self, client: BrokerClient) -> None:
         s = self.settings
-        if not s.proxy_manages_local_retention or self.delete_records_unsupported:
+        if not s.proxy_manages_local_retention or self.delete_records_unsupported or not self.may_move_log_start:
             return
         target = local_retention_target(
             self.rlmm.copied_segments(self.tp), self.log_start, self.high_watermark,

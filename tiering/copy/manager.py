@@ -2,10 +2,11 @@
 
 Every ``remote.log.manager.task.interval.ms`` one round: read the cluster's topics (Metadata,
 DescribeConfigs), keep one :class:`PartitionCopier` per partition of each topic with
-``remote.storage.enable=true`` set on it (through the proxy, or at a broker that knows the key;
-a broker's default never counts, see ``BrokerTopicConfigs``), or of every non-compacted topic
-under ``proxy.tier.all.topics``, and run the due copiers on ``remote.log.manager.thread.pool.size``
-worker threads. A round waits for its passes, so a copier never runs twice at once. The manager
+``remote.storage.enable=true`` set on it (through the proxy, or at a broker that knows the key
+but has no tiered storage of its own; a broker's default never counts, see
+``BrokerTopicConfigs``), or of every non-compacted topic under ``proxy.tier.all.topics``, and run
+the due copiers on ``remote.log.manager.thread.pool.size`` worker threads. Topics the brokers tier
+themselves are theirs (``tiering.topic_owner``): never copied, trimmed or expired here. A round waits for its passes, so a copier never runs twice at once. The manager
 runs on its own thread, apart from the proxy's event loop: client traffic never waits for it.
 """
 
@@ -40,6 +41,7 @@ from tiering.model import (
 from tiering.read.broker_questions import BrokerQuestions
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
+from tiering.topic_owner import BrokerTiering, TieredBy, set_on_topic, tiered_by
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,10 @@ class RemoteLogManager:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._round_lock = threading.Lock()  # a round, or a release of partitions, at a time
+        # Who tiers each topic the last round described, and the topics the brokers tier or still
+        # hold remote data of (replaced whole each round: other threads read them).
+        self.owners: dict[str, TieredBy] = {}
+        self.brokers_hold: frozenset[str] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -192,18 +198,29 @@ class RemoteLogManager:
             return
         self.questions.learn_leaders(topics)
         self._notice_vanished_topics(topics)
-        wanted: dict[TopicIdPartition, tuple[int, int, TopicTiering, TopicTieringState]] = {}
+        # Asked only where a topic sets remote.storage.enable=true at the brokers.
+        system = self._control.tiered_storage_enabled() if any(map(set_on_topic, configs.values())) else None
+        wanted: dict[TopicIdPartition, tuple[int, int, TopicTiering, TopicTieringState, BrokerTiering]] = {}
         undescribed: set[str] = set()
+        owners = {name: owner for name, owner in self.owners.items() if name in topics}
+        brokers_hold = set()
         for topic in candidates:
             broker = configs.get(topic.name)
             if broker is None:
-                # No decision without the topic's configs (it may be compacted): copiers already
-                # running keep going, nothing new starts until the broker describes it again.
+                # No decision without the topic's configs (it may be compacted, or the brokers'):
+                # copiers already running keep going, nothing new starts until the broker
+                # describes it again.
                 undescribed.add(topic.name)
                 self._warn_once(f"undescribed:{topic.name}", "the broker did not describe the configs of topic %s; "
                                 "its tiering waits for them", topic.name)
                 continue
-            state = self._topic_state(topic, broker)
+            brokers = BrokerTiering.of(broker, system)
+            if brokers.holds:
+                brokers_hold.add(topic.name)
+                state = self._own_state(topic)  # never made for the brokers' topics, nor moved by them
+            else:
+                state = self._topic_state(topic, broker)
+            self._note_owner(topic.name, tiered_by(brokers, state is not None and state.copying), owners, state)
             if state is None or state.state is None:
                 continue
             if state.state == TieringState.DISABLING:
@@ -223,13 +240,19 @@ class RemoteLogManager:
             for p in topic.partitions.values():
                 tp = TopicIdPartition(state.topic_id, topic.name, p.partition)
                 if self.owns(tp):
-                    wanted[tp] = (p.leader, p.leader_epoch, settings, state)
+                    wanted[tp] = (p.leader, p.leader_epoch, settings, state, brokers)
+        for name in self.brokers_hold - brokers_hold:
+            if owners.get(name) == TieredBy.PROXY:
+                log.warning("topic %s: the brokers no longer hold remote data of it; its hand-over to the proxy is "
+                            "complete (the proxy moves their log start from now on)", name)
+        self.owners = owners
+        self.brokers_hold = frozenset(brokers_hold)
         self._remove_deleted_partitions()
         for tp in [tp for tp in self.copiers if tp not in wanted and tp.topic not in undescribed]:
             self.copiers.pop(tp).close()
             self.rlmm.on_stop_partitions([tp])
         new = []
-        for tp, (leader, leader_epoch, settings, state) in wanted.items():
+        for tp, (leader, leader_epoch, settings, state, brokers) in wanted.items():
             copier = self.copiers.get(tp)
             if copier is None:
                 copier = self.copiers[tp] = PartitionCopier(
@@ -240,9 +263,12 @@ class RemoteLogManager:
                 new.append(tp)
             copier.follow(leader, leader_epoch)
             copier.settings = settings
-            # Copies run only while ENABLED under the epoch they started in (KIP-950's fence);
-            # a retain-disabled topic keeps expiring its remote data by total retention.
-            copier.tiered_epoch = state.tiered_epoch if state.copying else None
+            # Copies run only while ENABLED under the epoch they started in (KIP-950's fence) and
+            # the brokers do not copy the topic themselves; otherwise the copier only expires the
+            # proxy's own remote data by total retention (KIP-950 retain, or a topic handed to the
+            # brokers). The brokers' log start is theirs while they hold remote data of the topic.
+            copier.tiered_epoch = state.tiered_epoch if state.copying and not brokers.copying else None
+            copier.may_move_log_start = not brokers.holds
         if new:
             self.rlmm.on_partition_leadership_changes(new, [])
             log.info("tiering %d new partition(s): %s", len(new), ", ".join(f"{tp.topic}-{tp.partition}" for tp in new))
@@ -263,14 +289,45 @@ class RemoteLogManager:
             seen_before = state is not None or any(tp.topic == name for tp in self.rlmm.partitions())
             return uuid.uuid4() if seen_before else broker_topic_id
 
+    def _own_state(self, topic: TopicInfo) -> TopicTieringState | None:
+        """The proxy's record of this incarnation of the topic (set through the proxy), if any."""
+        state = self.rlmm.topic_tiering_state(topic.name)
+        if state is None or state.deleted or (topic.topic_id.int != 0 and state.topic_id != topic.topic_id):
+            return None
+        return state
+
+    def _note_owner(self, name: str, owner: TieredBy, owners: dict[str, TieredBy],
+                    state: TopicTieringState | None) -> None:
+        """Record who tiers ``name`` now, and say so once when it changes hands (or when the proxy
+        first meets a topic the brokers tier)."""
+        before = owners.get(name)
+        owners[name] = owner
+        if owner == before or (before is None and owner != TieredBy.BROKERS):
+            return
+        if owner == TieredBy.BROKERS:
+            held = " (its own older copy, below the brokers' log start, stays readable through the proxy)" \
+                if state is not None else ""
+            log.warning("topic %s is tiered by the brokers (remote.storage.enable=true is the topic's own config "
+                        "there): the proxy does not copy it, move its log start or expire it%s", name, held)
+        elif owner == TieredBy.PROXY:
+            log.warning("topic %s is tiered by the proxy now (was: %s); while the brokers hold remote data of it, "
+                        "the proxy copies it through them and leaves their log start alone", name, before.value)
+        else:
+            log.warning("topic %s is tiered by nobody now (was: %s)", name, before.value)
+
+    def tiered_by(self, topic: str) -> TieredBy:
+        """Who tiered ``topic`` at the last round (NONE for a topic that round did not describe)."""
+        return self.owners.get(topic, TieredBy.NONE)
+
     def _topic_state(self, topic: TopicInfo, broker_configs: BrokerTopicConfigs) -> TopicTieringState | None:
         """The topic's lifecycle state, moved on where its effective configs call for it (tiering
         switched on or off at the broker, ``proxy.tier.all.topics``)."""
-        state = self.rlmm.topic_tiering_state(topic.name)
-        if state is not None and not state.deleted and (topic.topic_id.int == 0 or state.topic_id == topic.topic_id):
-            values = state.config_map  # set through the proxy: the proxy's record is the truth
+        own = self._own_state(topic)
+        if own is not None:
+            values = own.config_map  # set through the proxy: the proxy's record is the truth
         else:  # set on the topic at a broker that knows the keys (never its defaults), or all topics
             values = broker_configs.tiering_values()
+        state = self.rlmm.topic_tiering_state(topic.name)
         if (state is None or state.deleted) and not is_enabled(values, self.config):
             return None
         topic_id = self.resolve_topic_id(topic.name, topic.topic_id)
