@@ -6,7 +6,8 @@ DescribeConfigs), keep one :class:`PartitionCopier` per partition of each topic 
 but has no tiered storage of its own; a broker's default never counts, see
 ``BrokerTopicConfigs``), or of every non-compacted topic under ``proxy.tier.all.topics``, and run
 the due copiers on ``remote.log.manager.thread.pool.size`` worker threads. Topics the brokers tier
-themselves are theirs (``tiering.topic_owner``): never copied, trimmed or expired here. A round waits for its passes, so a copier never runs twice at once. The manager
+themselves are theirs (``tiering.topic_owner``): never copied, trimmed or expired here. A round
+waits for its passes, so a copier never runs twice at once. The manager
 runs on its own thread, apart from the proxy's event loop: client traffic never waits for it.
 """
 
@@ -86,6 +87,7 @@ class RemoteLogManager:
         # hold remote data of (replaced whole each round: other threads read them).
         self.owners: dict[str, TieredBy] = {}
         self.brokers_hold: frozenset[str] = frozenset()
+        self._system_enabled: bool | None = None  # the brokers' remote.log.storage.system.enable
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -198,8 +200,12 @@ class RemoteLogManager:
             return
         self.questions.learn_leaders(topics)
         self._notice_vanished_topics(topics)
-        # Asked only where a topic sets remote.storage.enable=true at the brokers.
-        system = self._control.tiered_storage_enabled() if any(map(set_on_topic, configs.values())) else None
+        # Asked only where a topic sets remote.storage.enable=true at the brokers; the last answer
+        # stands while they cannot say (a broker restarting must not turn topics over).
+        if any(map(set_on_topic, configs.values())):
+            answer = self._control.tiered_storage_enabled()
+            self._system_enabled = answer if answer is not None else self._system_enabled
+        system = self._system_enabled
         wanted: dict[TopicIdPartition, tuple[int, int, TopicTiering, TopicTieringState, BrokerTiering]] = {}
         undescribed: set[str] = set()
         owners = {name: owner for name, owner in self.owners.items() if name in topics}
@@ -211,6 +217,8 @@ class RemoteLogManager:
                 # copiers already running keep going, nothing new starts until the broker
                 # describes it again.
                 undescribed.add(topic.name)
+                if topic.name in self.brokers_hold:
+                    brokers_hold.add(topic.name)
                 self._warn_once(f"undescribed:{topic.name}", "the broker did not describe the configs of topic %s; "
                                 "its tiering waits for them", topic.name)
                 continue
