@@ -9,6 +9,7 @@ REMOTE_LOG_DIR_PREFIX = "remote:"
 TAG_SEGMENT_COUNT = 10_000  # per partition: the remote segments
 SEGMENT_COUNT = struct.Struct(">i")
 TAG_TIERING_STATE = 10_000  # per topic: UTF-8 "STATE policy epoch" (KIP-950)
+TAG_TIERED_BY = 10_001  # per topic: UTF-8 "brokers", "proxy" or "none" (tiering/topic_owner.py)
 TAG_DATA_LOSS = 10_001  # per partition: the offsets, and the ranges, the brokers deleted before they were tiered
 DATA_LOSS = struct.Struct(">qi")
 # per partition: the offsets, and the ranges, cut back from the remote tier because the cluster's

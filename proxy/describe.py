@@ -21,6 +21,7 @@ from protocol.remote_log_dir import (
     TAG_DATA_LOSS,
     TAG_DIVERGENCE,
     TAG_SEGMENT_COUNT,
+    TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
 from tiering.broker_client import AuthenticationRequiredError, BrokerClient, BrokerClientError
@@ -53,6 +54,7 @@ class PartitionRow:
     state: str
     lost: int = 0  # offsets the brokers deleted before they were tiered
     diverged: int = 0  # offsets cut back from the remote tier because the cluster's log replaced them
+    tiered_by: str = "-"  # who tiers the topic: brokers, proxy, none ("-": a proxy that does not say)
 
 
 def describe(bootstrap: str, topic: str | None = None, security: ClientSecurity | None = None) -> list[PartitionRow]:
@@ -84,14 +86,14 @@ def describe(bootstrap: str, topic: str | None = None, security: ClientSecurity 
                                 raise DescribeError(f"ListOffsets {_TIMESTAMP_NAMES[timestamp]} ({timestamp}) for "
                                                     f"{t['name']}-{p['partition_index']}: {_error_name(p['error_code'])}")
                             offsets[(p["partition_index"], timestamp)] = p["offset"]
-            state = remote.get((name, None), ("-", 0, 0, 0, 0, 0))[0]
+            state, *_, owner = remote.get((name, None), ("-", 0, 0, 0, 0, 0, "none"))
             for p in sorted(partitions):
-                _, segments, size, lag, lost, diverged = remote.get((name, p), (state, 0, 0, 0, 0, 0))
+                _, segments, size, lag, lost, diverged, _ = remote.get((name, p), (state, 0, 0, 0, 0, 0, owner))
                 ry = offsets.get((p, LATEST_TIERED), -1)
                 rows.append(PartitionRow(name, p, offsets.get((p, EARLIEST)) if ry >= 0 else None,
                                          ry if ry >= 0 else None, offsets.get((p, EARLIEST_LOCAL), -1),
                                          offsets.get((p, LATEST), -1), segments, size, lag, state, lost,
-                                         diverged))
+                                         diverged, owner))
         return rows
     finally:
         client.close()
@@ -162,9 +164,9 @@ def _topics(client: BrokerClient, node: int, topic: str | None) -> dict[str, dic
 
 
 def _remote_log_dir(client: BrokerClient, node: int,
-                    bootstrap: str) -> dict[tuple[str, int | None], tuple[str, int, int, int, int, int]]:
-    """(topic, partition) -> (state, segments, bytes, lag, offsets lost, offsets diverged);
-    (topic, None) -> the topic's state.
+                    bootstrap: str) -> dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str]]:
+    """(topic, partition) -> (state, segments, bytes, lag, offsets lost, offsets diverged, who tiers
+    the topic); (topic, None) -> the topic's state and who tiers it.
     The proxy offers ListOffsets LATEST_TIERED and adds a ``remote:`` log dir to DescribeLogDirs
     whatever the broker; anything that does neither is not the proxy."""
     list_offsets = client.supported(node, LIST_OFFSETS)
@@ -177,14 +179,16 @@ def _remote_log_dir(client: BrokerClient, node: int,
     remote_dirs = [r for r in answer["results"] if r["log_dir"].startswith(REMOTE_LOG_DIR_PREFIX)]
     if not remote_dirs:
         raise _not_the_proxy(bootstrap)
-    found: dict[tuple[str, int | None], tuple[str, int, int, int, int, int]] = {}
+    found: dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str]] = {}
     for result in remote_dirs:
         if result["error_code"] != ErrorCode.NONE:
             raise DescribeError(f"DescribeLogDirs {result['log_dir']}: {_error_name(result['error_code'])}")
         for t in result["topics"]:
             raw_state = (t.get("_unknown_tags") or {}).get(TAG_TIERING_STATE)
             state = raw_state.decode() if raw_state else "-"
-            found[(t["name"], None)] = (state, 0, 0, 0, 0, 0)
+            raw_owner = (t.get("_unknown_tags") or {}).get(TAG_TIERED_BY)
+            owner = raw_owner.decode() if raw_owner else "-"
+            found[(t["name"], None)] = (state, 0, 0, 0, 0, 0, owner)
             for p in t["partitions"]:
                 tags = p.get("_unknown_tags") or {}
                 raw_count, raw_loss = tags.get(TAG_SEGMENT_COUNT), tags.get(TAG_DATA_LOSS)
@@ -193,16 +197,16 @@ def _remote_log_dir(client: BrokerClient, node: int,
                 raw_diverged = tags.get(TAG_DIVERGENCE)
                 diverged = DIVERGENCE.unpack(raw_diverged)[0] if raw_diverged else 0
                 found[(t["name"], p["partition_index"])] = (state, count, p["partition_size"], p["offset_lag"], lost,
-                                                            diverged)
+                                                            diverged, owner)
     return found
 
 
 def format_rows(rows: list[PartitionRow]) -> str:
     header = ("TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz", "SEGMENTS", "REMOTE-BYTES", "LAG", "LOST", "DIVERGED",
-              "TIERING")
+              "TIERED-BY", "TIERING")
     lines = [header] + [(r.topic, str(r.partition), "-" if r.rx is None else str(r.rx), "-" if r.ry is None else str(r.ry),
                          str(r.lx), str(r.lz), str(r.segments), str(r.remote_bytes), str(r.lag), str(r.lost),
-                         str(r.diverged), r.state)
+                         str(r.diverged), r.tiered_by, r.state)
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)

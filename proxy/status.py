@@ -163,5 +163,6 @@ class StatusSource:
             generated_at=time.time(), bootstrap=self.core.bootstrap_address, workers=config.workers,
             worker_index=config.worker_index, brokers=self.core.brokers_seen(), tiering=view is not None,
             partitions=view.partitions if view is not None else [], topics=view.topics if view is not None else {},
+            owners=view.owners if view is not None else {},
             tier=tier, activity=self.ring.buckets(), bucket_seconds=self.ring.bucket_s,
             window_seconds=self.ring.window_s, budgets=budgets)

@@ -67,6 +67,7 @@ class StatusSnapshot:
     tiering: bool
     partitions: Sequence[PartitionTiers] = ()
     topics: Mapping[str, str] = field(default_factory=dict)  # topic -> KIP-950 state
+    owners: Mapping[str, str] = field(default_factory=dict)  # topic -> who tiers it: brokers, proxy, none
     tier: TierRequests | None = None
     activity: Sequence[Bucket] = ()  # oldest first; the last one may be partial
     bucket_seconds: float = 10.0
@@ -311,7 +312,8 @@ def _partitions(s: StatusSnapshot) -> str:
         lag = sum(p.lag for p in parts)
         groups.append(f'<tbody class="topic-group" data-topic="{_e(topic)}"><tr class="topic-head">'
                       f'<th colspan="{3 + len(_COLUMNS)}"><span class="topic-name">{_e(topic)}</span> '
-                      f"&middot; tiering {_e(s.topics.get(topic, '-'))} &middot; {len(parts)} partitions &middot; "
+                      f"&middot; tiering {_e(s.topics.get(topic, '-'))} &middot; tiered by "
+                      f"{_e(s.owners.get(topic, 'none'))} &middot; {len(parts)} partitions &middot; "
                       f"{_e(format_bytes(size))} remote &middot; copy lag {lag} offsets</th></tr>"
                       + "".join(_partition_row(p) for p in parts) + "</tbody>")
     body = "".join(groups) or f'<tbody><tr><td colspan="{3 + len(_COLUMNS)}">No tiered topic yet.</td></tr></tbody>'

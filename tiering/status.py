@@ -48,11 +48,12 @@ class PartitionTiers:
     segments: int
     remote_bytes: int
     lag: int  # offsets below the last stable offset not yet copied (describe's LAG)
-    state: str  # the topic's KIP-950 state and owner as describe prints it (see state_text)
+    state: str  # the topic's KIP-950 state as describe prints it ("ENABLED retain 1"), "-" if none
     lost: tuple[tuple[int, int], ...] = ()  # ranges the brokers deleted before they were tiered
     diverged: tuple[tuple[int, int], ...] = ()  # ranges cut back because the cluster's log replaced them
     copied_here: bool = False  # a copier of this process follows the partition
     offsets_from: str = UNKNOWN  # FROM_COPIER, FROM_BROKERS or UNKNOWN: where lx and lz came from
+    tiered_by: str = "none"  # "brokers", "proxy" or "none" (see owner_text)
 
     @property
     def lost_offsets(self) -> int:
@@ -67,20 +68,24 @@ class PartitionTiers:
 class TiersView:
     partitions: list[PartitionTiers]
     # Every topic the remote log dir lists with its KIP-950 state (topics being disabled, or
-    # disabled with the delete policy, may have no partitions left).
+    # disabled with the delete policy, or tiered by the brokers, may have no partitions here).
     topics: dict[str, str] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)  # topic -> who tiers it (owner_text)
 
 
 def state_text(service: TieringService, topic: str) -> str:
-    """The topic's KIP-950 state and who tiers it, exactly as DescribeLogDirs tags it and describe
-    prints it: "ENABLED retain 1, tiered by proxy", "tiered by brokers" (the proxy has no record
-    of a topic the brokers tier), "-" for neither."""
+    """The topic's KIP-950 state exactly as DescribeLogDirs tags it and describe prints it
+    ("ENABLED retain 1"), "-" where the proxy has no record of the topic."""
     state = service.metadata.topic_tiering_state(topic)
-    owner = f"tiered by {service.manager.tiered_by(topic).value}"
     if state is None or state.deleted:
-        return owner if topic in service.manager.brokers_hold else "-"
+        return "-"
     return (f"{state.state.name if state.state is not None else 'NONE'} {state.disable_policy.config_value} "
-            f"{state.tiered_epoch}, {owner}")
+            f"{state.tiered_epoch}")
+
+
+def owner_text(service: TieringService, topic: str) -> str:
+    """Who tiers the topic, as DescribeLogDirs tags it and describe prints it (TIERED-BY)."""
+    return service.manager.tiered_by(topic).value
 
 
 def listed(service: TieringService, lag: dict[TopicIdPartition, int]) -> tuple[list[TopicIdPartition], set[str]]:
@@ -115,6 +120,7 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
             ends[tp] = (copier.log_start, copier.high_watermark)
     asked = brokers.offsets([(tp.topic, tp.partition) for tp in partitions if tp not in ends]) if brokers else {}
     states = {topic: state_text(service, topic) for topic in topics}
+    owners = {topic: owner_text(service, topic) for topic in topics}
     rows = []
     for tp in partitions:
         segments = metadata.copied_segments(tp)
@@ -135,8 +141,8 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
             sum(s.segment_size_bytes for s in segments), lag.get(tp, 0), states[tp.topic],
             tuple(metadata.data_loss(tp)),
             tuple((d.first_offset, d.last_offset) for d in metadata.divergences(tp)),
-            tp in copiers, source))
-    return TiersView(rows, states)
+            tp in copiers, source, owners[tp.topic]))
+    return TiersView(rows, states, owners)
 
 
 class BrokerOffsets:

@@ -50,6 +50,7 @@ from protocol.remote_log_dir import (
     TAG_DATA_LOSS,
     TAG_DIVERGENCE,
     TAG_SEGMENT_COUNT,
+    TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
 from proxy.chain import Answer, Filter, Message, RequestContext
@@ -58,7 +59,7 @@ from tiering.broker_client import BrokerClient, BrokerClientError
 from tiering.model import TopicIdPartition, TopicTieringState
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
-from tiering.status import listed, state_text
+from tiering.status import listed, owner_text, state_text
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
     TIERING_KEYS,
@@ -484,9 +485,11 @@ class TopicAdmin(Filter):
                             sum(d.last_offset - d.first_offset + 1 for d in diverged), len(diverged))
                 partitions.append(entry)
             topic: dict[str, Any] = {"name": name, "partitions": partitions}
-            text = state_text(self.tiering, name)
-            if version >= 2 and text != "-":
-                topic["_unknown_tags"] = {TAG_TIERING_STATE: text.encode()}
+            if version >= 2:
+                text = state_text(self.tiering, name)
+                topic["_unknown_tags"] = {TAG_TIERED_BY: owner_text(self.tiering, name).encode()}
+                if text != "-":
+                    topic["_unknown_tags"][TAG_TIERING_STATE] = text.encode()
             topics.append(topic)
         return {"error_code": 0, "log_dir": f"{REMOTE_LOG_DIR_PREFIX}{self.tiering.storage_uri}", "topics": topics,
                 "total_bytes": total, "usable_bytes": -1, "is_cordoned": False}

@@ -67,7 +67,10 @@ def _read(bootstrap: str, topic: str, expected: int) -> dict[int, list[int]]:
         got.setdefault(partition, []).append(offset)
         numbers.setdefault(partition, []).append(message_number(value))
     for partition, found in numbers.items():
-        assert found == sorted(found) and all(n % PARTITIONS == partition for n in found), partition
+        offsets = got[partition]
+        assert found == sorted(found) and all(n % PARTITIONS == partition for n in found), (
+            f"{bootstrap} {topic}-{partition}: read out of order, offsets {offsets[:3]}.. of {len(offsets)} "
+            f"({len(offsets) - len(set(offsets))} repeated), message numbers {found[:3]}..")
     return got
 
 
@@ -89,6 +92,24 @@ def _kafka_tiered(cluster: KafkaCluster, topic: str, past: dict[int, int] | None
     return leader_offsets(cluster.bootstrap, topic, EARLIEST_LOCAL)
 
 
+def _kafka_settled(cluster: KafkaCluster, topic: str) -> None:
+    """Wait until Kafka has tiered what it will of the topic for now: its local log start and
+    highest tiered offset stay the same for 2 s. Kafka 3.9 once served a consumer a partition out
+    of order while it was still uploading and deleting local segments; these tests are about the
+    proxy, not that race."""
+    def ends() -> tuple[dict[int, int], dict[int, int]]:
+        return (leader_offsets(cluster.bootstrap, topic, EARLIEST_LOCAL),
+                leader_offsets(cluster.bootstrap, topic, LATEST_TIERED))
+
+    seen = [ends()]
+
+    def settled() -> bool:
+        seen.append(ends())
+        return seen[-1] == seen[-2]
+
+    assert wait_until(settled, 60, interval=2.0), seen[-2:]
+
+
 def _proxy_objects(data_dir: Path, topic: str) -> list[Path]:
     remote = data_dir / "remote"
     return [p for p in remote.rglob("*") if p.is_file() and topic in str(p.relative_to(remote))] \
@@ -106,7 +127,9 @@ def test_a_topic_the_brokers_tier_is_theirs(native: KafkaCluster, tier_all: bool
     topic = f"native-{unique_name}"
     create_topic(native.bootstrap, topic, PARTITIONS, **BROKER_TIERED)
     _produce(native.bootstrap, topic, 0, 3000)
-    local_start = _kafka_tiered(native, topic)
+    _kafka_tiered(native, topic)
+    _kafka_settled(native, topic)
+    local_start = leader_offsets(native.bootstrap, topic, EARLIEST_LOCAL)
     ends = leader_offsets(native.bootstrap, topic, LATEST)
 
     proxy = _proxy(native, tmp_path, *(["--tier-all-topics"] if tier_all else []))
@@ -129,7 +152,7 @@ def test_a_topic_the_brokers_tier_is_theirs(native: KafkaCluster, tier_all: bool
         leader_offsets(native.bootstrap, topic, LATEST_TIERED)
     assert proxy.log_text().count(f"topic {topic} is tiered by the brokers") == 1, proxy.log_text()[-3000:]
     rows = describe(proxy.bootstrap, topic)
-    assert [r.state for r in rows] == ["tiered by brokers"] * PARTITIONS
+    assert [(r.tiered_by, r.state) for r in rows] == [("brokers", "-")] * PARTITIONS
     assert all(r.rx == 0 and r.ry is not None and r.lx >= local_start[r.partition] for r in rows), rows
 
     # Through the proxy, remote.storage.enable=true would make the proxy tier it too: refused.
@@ -191,7 +214,7 @@ def test_a_topic_handed_from_the_proxy_to_the_brokers(native: KafkaCluster, uniq
     handed = leader_offsets(native.bootstrap, topic, EARLIEST)  # the brokers' log start at the hand-over
     _produce(proxy.bootstrap, topic, 2000, 2000)
     _kafka_tiered(native, topic, past=handed)  # Kafka tiers the topic itself, from there on
-    time.sleep(2)
+    _kafka_settled(native, topic)
 
     # The proxy never moved the brokers' log start again; every record is read once, the oldest
     # from the proxy's tier, the rest from the brokers (their own remote storage, then local log).
@@ -203,7 +226,7 @@ def test_a_topic_handed_from_the_proxy_to_the_brokers(native: KafkaCluster, uniq
     _exactly_once(_read(native.bootstrap, topic, sum(ends[p] - handed[p] for p in ends)), handed, ends)
     _exactly_once(_read_spark(spark, proxy, tmp_path / "data", topic), zero, ends)
     assert proxy.log_text().count(f"topic {topic} is tiered by the brokers") == 1
-    assert all(r.state.endswith("tiered by brokers") for r in describe(proxy.bootstrap, topic))
+    assert all(r.tiered_by == "brokers" for r in describe(proxy.bootstrap, topic))
 
 
 def _proxy_remote_ends(data_dir: Path, topic: str) -> dict[int, int]:
@@ -218,6 +241,7 @@ def test_a_topic_handed_from_the_brokers_to_the_proxy(native: KafkaCluster, uniq
     create_topic(native.bootstrap, topic, PARTITIONS, **BROKER_TIERED)
     _produce(native.bootstrap, topic, 0, 2000)
     _kafka_tiered(native, topic)
+    _kafka_settled(native, topic)
     proxy = _proxy(native, tmp_path)
     stopping.append(proxy)
     _rounds_logged(proxy, f"topic {topic} is tiered by the brokers")
@@ -259,4 +283,4 @@ def test_a_topic_handed_from_the_brokers_to_the_proxy(native: KafkaCluster, uniq
         proxy.log_text()[-3000:]
     ends = leader_offsets(native.bootstrap, topic, LATEST)
     _exactly_once(_read(proxy.bootstrap, topic, 3000), zero, ends)
-    assert all(r.state.endswith("tiered by proxy") for r in describe(proxy.bootstrap, topic))
+    assert all(r.tiered_by == "proxy" for r in describe(proxy.bootstrap, topic))

@@ -262,18 +262,19 @@ def test_describe_shows_both_tiers(setup, unique_name):
     assert lines[0].split()[:6] == ["TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz"]
     rows = {int(line.split()[1]): line.split() for line in lines[1:]}
     for p in range(PARTITIONS):
-        _, _, rx, ry, lx, lz, count, size, _lag, lost, diverged, state, policy, epoch = rows[p]
+        _, _, rx, ry, lx, lz, count, size, _lag, lost, diverged, owner, state, policy, epoch = rows[p]
         assert (int(rx), int(count), int(size)) == (0, len(segments[p]), sum(s.segment_size_bytes for s in segments[p]))
         assert int(lost) == int(diverged) == 0
         assert int(ry) >= segments[p][-1].end_offset
         assert int(lx) == 0
         if broker.kind == "noida":  # Tansu's LATEST can be wrong (tests/UPSTREAMS.md)
             assert int(lz) == BATCH // PARTITIONS
-        assert (state, policy, epoch) == ("ENABLED", "retain", "1")
+        assert (owner, state, policy, epoch) == ("proxy", "ENABLED", "retain", "1")
     admin.set_configs(topic, {"remote.storage.enable": "false"})
     assert wait_until(lambda: tier.topic_state(topic).state == TieringState.DISABLED, 30)
-    out = describe()
-    assert all(line.split()[-3:] == ["DISABLED", "retain", "2"] for line in out.splitlines()[1:])
+    # Tiered by nobody once the manager's next round has seen it disabled.
+    assert wait_until(lambda: all(line.split()[-4:] == ["none", "DISABLED", "retain", "2"]
+                                  for line in describe().splitlines()[1:]), 10)
 
     from kafka.admin import KafkaAdminClient
 

@@ -61,10 +61,11 @@ def test_offsets_lost_and_diverged_reach_describe(tmp_path: Path) -> None:
     wire = response.encode({"throttle_time_ms": 0, "error_code": 0, "results": [log_dir]})
     client = _Answers({DESCRIBE_LOG_DIRS: response.decode(wire)}, {LIST_OFFSETS: (1, 10), DESCRIBE_LOG_DIRS: (1, 4)})
     found = _remote_log_dir(client, 1, "proxy:1")  # type: ignore[arg-type]
-    assert found[("t", 0)] == ("-", 1, 100, 0, 0, 0)
-    assert found[("t", 1)] == ("-", 1, 100, 0, 5, 50)  # 5 offsets lost; 40 + 10 cut back
+    assert found[("t", 0)] == ("-", 1, 100, 0, 0, 0, "proxy")
+    assert found[("t", 1)] == ("-", 1, 100, 0, 5, 50, "proxy")  # 5 offsets lost; 40 + 10 cut back
 
-    table = format_rows([PartitionRow("t", 1, 0, 99, 0, 150, 1, 100, 0, "-", 5, 50)]).splitlines()
+    table = format_rows([PartitionRow("t", 1, 0, 99, 0, 150, 1, 100, 0, "-", 5, 50, "proxy")]).splitlines()
     header, row = table[0].split(), table[1].split()
-    assert header[-3:] == ["LOST", "DIVERGED", "TIERING"]
+    assert header[-4:] == ["LOST", "DIVERGED", "TIERED-BY", "TIERING"]
+    assert row[header.index("TIERED-BY")] == "proxy"
     assert (row[header.index("LOST")], row[header.index("DIVERGED")]) == ("5", "50")

@@ -244,10 +244,11 @@ def test_tiers_view_answers_rx_as_list_offsets_earliest_does() -> None:
     rows = {r.partition: r for r in view.partitions}
     assert (rows[0].rx, rows[0].ry, rows[0].lx, rows[0].lz, rows[0].segments, rows[0].remote_bytes) == \
         (0, 199, 150, 500, 2, 200)
-    assert (rows[0].lag, rows[0].lost_offsets, rows[0].state) == (7, 2, "ENABLED retain 3, tiered by proxy")
+    assert (rows[0].lag, rows[0].lost_offsets, rows[0].state, rows[0].tiered_by) == (7, 2, "ENABLED retain 3", "proxy")
     assert (rows[1].rx, rows[1].remote_start, rows[1].ry) == (150, 300, 399)  # EARLIEST: the brokers' log start
     # Not readable, its copier not copying: the brokers are asked for its log offsets.
     assert (rows[2].rx, rows[2].ry, rows[2].lx, rows[2].lz, rows[2].offsets_from) == (None, None, 40, 41, "brokers")
     assert asked == [[("t", 2)]]
-    # A topic the brokers tier is listed with no partitions; the proxy's record of it says who tiers it.
-    assert view.topics == {"t": "ENABLED retain 3, tiered by proxy", "theirs": "ENABLED retain 3, tiered by brokers"}
+    # A topic the brokers tier is listed, with no partitions here.
+    assert view.topics == {"t": "ENABLED retain 3", "theirs": "ENABLED retain 3"}
+    assert view.owners == {"t": "proxy", "theirs": "brokers"}

@@ -13,17 +13,16 @@ One pass (:meth:`PartitionCopier.run_once`) does, in order:
    :mod:`tiering.copy.local_retention`), never past ``Ry + 1`` nor to the log end.
 
 If the brokers' log start has passed the copier's position, the offsets in between are lost:
-that is logged as an error, counted, and recorded in the gap log, and copying goes on from the
-log start.
+logged as an error, counted, recorded in the gap log; copying goes on from the log start. An
+answer that skips offsets below the log start is believed only when repeated (:mod:`.offset_jumps`).
 
 The fetches are ``read_uncommitted``, bounded by the last stable offset the response reports:
 that returns every batch below it, aborted ones included, as a broker's own segment holds them.
 (A ``read_committed`` fetch should too, but noida-db leaves aborted batches out of it, and Tansu
 sends no aborted-transaction list.) The transaction index is built from the log itself: a
 producer's first transactional batch after its previous marker opens a transaction, an ABORT
-marker closes it as aborted. Storage failures that may pass (S3 down, throttled) back the partition off
-exponentially; the open segment is kept, so nothing is fetched twice.
-"""
+marker closes it as aborted. Storage failures that may pass (S3 down, throttled) back the
+partition off exponentially; the open segment is kept, so nothing is fetched twice."""
 
 from __future__ import annotations
 
@@ -51,6 +50,7 @@ from tiering.copy.gap_log import GapLog
 from tiering.copy.lineage import lineage_of
 from tiering.copy.local_retention import local_retention_target
 from tiering.copy.metrics import TieringMetrics
+from tiering.copy.offset_jumps import OffsetJumps
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import InvalidStateTransitionError
@@ -67,9 +67,7 @@ log = logging.getLogger(__name__)
 
 # Bytes fetched per pass and partition before yielding the worker to other partitions.
 PASS_BYTE_BUDGET = 256 << 20
-# DeleteRecords failures in a row (each on a new pass, after a metadata refresh) that turn a
-# partition's local retention off.
-_DELETE_RECORDS_ATTEMPTS = 5
+_DELETE_RECORDS_ATTEMPTS = 5  # DeleteRecords failures in a row (each a pass apart) that turn local retention off
 
 
 def now_ms() -> int:
@@ -133,6 +131,7 @@ class PartitionCopier:
         # The topic's tiered epoch while it is ENABLED; None: expire only (KIP-950 retain).
         self.tiered_epoch: int | None = 0
         self.may_move_log_start = True  # False while the brokers hold remote data of the topic
+        self.jumps = OffsetJumps(tp)
 
     # --- the pass ------------------------------------------------------------------------------
 
@@ -264,6 +263,8 @@ class PartitionCopier:
                     continue  # a batch the broker repeats from before our position
                 if header.base_offset >= self.last_stable:
                     break  # past the last stable offset: not closed yet
+                if header.base_offset > self.next_offset and not self.jumps.believe(self.next_offset, header.base_offset):
+                    break  # skipped offsets: believed once the next pass is answered the same
                 self._append(header, batch)
                 fetched += len(batch)
                 progressed = True
@@ -412,8 +413,6 @@ class PartitionCopier:
         self.next_offset = log_start
         self.open_transactions.clear()
         self.transactions_seeded = False
-
-    # --- deleting ---------------------------------------------------------------------------------
 
     def _delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         delete_remote_segment(self.rlmm, self.rsm, metadata, self.broker_id)
