@@ -1,7 +1,8 @@
 """Pass-through at wire speed (issue 26): the same Apache Kafka 4.4 broker read and written directly
 and through ``tiered-proxy serve``, side by side in one run.
 
-    python -m tests.bench.wire_speed [--mb 300] [--runs 5] [--baseline DIR] [--profile FILE] [--keep-work-dir]
+    python -m tests.bench.wire_speed [--mb 300] [--runs 5] [--shared] [--baseline DIR] [--profile FILE]
+                                     [--keep-work-dir]
 
 One single-node Kafka 4.4 broker (tests/kafka_cluster.py) holds ``--mb`` MB of 1 KiB records (values
 half random, half repeated; no compression) in 3 partitions of an ordinary, untiered topic, so every
@@ -18,6 +19,11 @@ the whole run. Measured, ``--runs`` times round-robin (direct, proxy), medians [
 - **produce**: a confluent-kafka producer (acks=all, ``linger.ms=5``, 1 KiB records) as fast as it
   can for ``--produce-s`` seconds, MB/s; then at half of the direct rate (paced in 10 ms steps) for
   the same time, each record's delivery latency (produce() to delivery report), p50 and p99 in ms.
+
+By default the proxy (every thread) runs on CPUs of its own and the broker and the clients on the
+others, in the direct runs too (tests/bench/cpu_sets.py: one core each on two): the ratio then
+measures the proxy. ``--shared`` lets every process run anywhere, as before: on two cores that
+ratio measures the machine. The table's heading says which.
 
 The proxy's resident set is sampled every 20 ms during each read; the table gives the peak over the
 run (and VmHWM, the kernel's peak since start). With ``--profile`` py-spy samples the proxy during
@@ -55,6 +61,7 @@ from protocol.apis import FETCH, api
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from protocol.record_set import iter_batches
 from tests.bench.backfill import RAW_MAX_BYTES, raw_fetch_body
+from tests.bench.cpu_sets import pin_self, pin_tree, placement
 from tests.bench.process_hygiene import run_in_work_dir
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
@@ -342,6 +349,8 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
 
 def run(args: argparse.Namespace, work: Path) -> None:
     records = args.mb * 1_000_000 // RECORD_BYTES
+    where = placement(not args.shared)
+    pin_self(where)  # the broker and the clients inherit it
     broker = start_single(work / "broker")
     proxies: dict[str, ProxyProcess] = {}
     try:
@@ -354,6 +363,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
         proxies["proxy"] = start_proxy(broker.bootstrap, work / "proxy")
         if args.baseline:
             proxies["baseline"] = start_proxy(broker.bootstrap, work / "baseline", source=Path(args.baseline))
+        if where.proxy is not None:
+            for p in proxies.values():
+                pin_tree(p.process.pid, where.proxy)
         paths = {"direct": broker.bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
         consumer: dict[str, list[float]] = {name: [] for name in paths}
         raw: dict[str, list[RawRead]] = {name: [] for name in paths}
@@ -396,7 +408,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     names = list(paths)
     print(f"\nKafka {broker.release.version}, {args.mb} MB of 1 KiB records, {PARTITIONS} partitions, untiered "
           f"(pass-through); {args.runs} runs each, medians [min-max]; ratios are to direct"
-          + (f"; baseline: the proxy of {args.baseline}" if args.baseline else "") + "\n")
+          + (f"; baseline: the proxy of {args.baseline}" if args.baseline else "") + f"\nCPUs: {where.describe()}\n")
     print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / direct" for n in names[1:]) + " |")
     print("|---" * (2 * len(names)) + "|")
 
@@ -418,7 +430,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         row(f"produce latency {label} at {half:.0f} MB/s, ms ({added})", figures, ".2f")
     for name in proxies:
         print(f"\n{name}: CPU per MB produced {cell(produce_cpu[name], '.2f')} ms (the second hop's cost, "
-              "kernel TCP included, on cores the producer and broker share)")
+              "kernel TCP included)")
     for name in proxies:
         print(f"\n{name}: peak RSS during reads {max(peaks[name]):.0f} MB "
               f"(per run: {', '.join(f'{x:.0f}' for x in peaks[name])}); VmHWM at the end {hwm[name]:.0f} MB")
@@ -435,6 +447,8 @@ def main() -> None:
     parser.add_argument("--profile", metavar="FILE", help="py-spy the proxy during its first reads into FILE")
     parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout (e.g. `git worktree "
                         "add /tmp/before <commit>`) in the same run, as a third path")
+    parser.add_argument("--shared", action="store_true", help="let every process run on any CPU, instead of the "
+                        "proxy on CPUs of its own and the broker and the clients on the others")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()
     run_in_work_dir("bench-wire-speed-", args.keep_work_dir, lambda work: run(args, work))
