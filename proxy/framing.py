@@ -7,6 +7,7 @@ import fcntl
 import os
 import socket
 import struct
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -190,6 +191,8 @@ class FrameStream:
         await self._sock.send_all(data)
 
     async def aclose(self) -> None:
+        if isinstance(self._sock, _PlainSocket):
+            self._sock.close_pipe()
         with trio.CancelScope(shield=True):
             await self.stream.aclose()
 
@@ -201,11 +204,10 @@ async def splice(source: _PlainSocket, target: _PlainSocket, count: int) -> int:
     written, issue 26).
     Returns the bytes moved: fewer than ``count`` only when ``source`` closed first."""
     src, dst = source.fileno(), target.fileno()
-    pipe_out, pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    pipe_out, pipe_in = target.take_pipe()
+    in_pipe, done = 0, False
     try:
-        with contextlib.suppress(OSError):  # a smaller pipe (the user's pipe quota) still works
-            fcntl.fcntl(pipe_in, _F_SETPIPE_SZ, _PIPE_BYTES)
-        left, in_pipe, since_turn = count, 0, 0
+        left, since_turn = count, 0
         while left or in_pipe:
             progress = False
             if left:
@@ -243,10 +245,34 @@ async def splice(source: _PlainSocket, target: _PlainSocket, count: int) -> int:
                 in_pipe -= os.splice(pipe_out, dst, in_pipe, flags=_SPLICE_FLAGS)
             except BlockingIOError:
                 await target.writable()
+        done = True
         return count - left
     finally:
-        os.close(pipe_out)
-        os.close(pipe_in)
+        # Empty, it serves the target's next relay (a pipe of its own per relay cost four system
+        # calls more per answer); one that may hold bytes is closed.
+        target.keep_pipe((pipe_out, pipe_in), empty=done and in_pipe == 0)
+
+
+class _Pipe:
+    """Both ends of a kernel pipe, closed once: by ``close`` or when nothing refers to it."""
+
+    def __init__(self, ends: tuple[int, int]) -> None:
+        self.ends = ends
+        self._finalizer = weakref.finalize(self, _close_fds, ends)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def detach(self) -> tuple[int, int]:
+        """The ends, no longer closed by this object (a relay uses them, then keeps or closes them)."""
+        self._finalizer.detach()
+        return self.ends
+
+
+def _close_fds(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class _PlainSocket:
@@ -255,11 +281,34 @@ class _PlainSocket:
     (a Fetch relayed through the proxy took several; issue 26). A turn is still taken every
     ``_CALLS_PER_TURN`` calls that did not block, so a busy connection lets the others run."""
 
-    __slots__ = ("socket", "_calls")
+    __slots__ = ("socket", "_calls", "_pipe")
 
     def __init__(self, sock: trio.socket.SocketType) -> None:
         self.socket = sock
         self._calls = 0
+        self._pipe: _Pipe | None = None  # the kernel pipe relays into this socket go through
+
+    def take_pipe(self) -> tuple[int, int]:
+        """The pipe a relay into this socket uses: (read end, write end), empty."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            return pipe.detach()
+        pipe_out, pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):  # a smaller pipe (the user's pipe quota) still works
+            fcntl.fcntl(pipe_in, _F_SETPIPE_SZ, _PIPE_BYTES)
+        return pipe_out, pipe_in
+
+    def keep_pipe(self, ends: tuple[int, int], *, empty: bool) -> None:
+        """A relay is done with its pipe: kept for the next one if empty and none is kept yet."""
+        if empty and self._pipe is None:
+            self._pipe = _Pipe(ends)
+        else:
+            _Pipe(ends).close()
+
+    def close_pipe(self) -> None:
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
 
     def fileno(self) -> int:
         fd = self.socket.fileno()
