@@ -53,7 +53,7 @@ class BrokerTiering:
     def of(cls, configs: BrokerTopicConfigs, system_enabled: bool | None) -> BrokerTiering:
         """``system_enabled``: the brokers' remote.log.storage.system.enable (False where they list
         their configs without it; None where they would not say)."""
-        holds = system_enabled is not False and _own_true(configs, REMOTE_STORAGE_ENABLE)
+        holds = system_enabled is not False and set_on_topic(configs)
         return cls(holds, holds and not _own_true(configs, REMOTE_LOG_COPY_DISABLE))
 
 
@@ -93,7 +93,7 @@ def ownership_conflict(name: str, configs: list[dict[str, Any]], brokers: Broker
                 f"brokers (KIP-950: {REMOTE_LOG_COPY_DISABLE}=true, or remote.storage.enable=false with "
                 "remote.log.delete.on.disable=true)")
     copy_disable = named(REMOTE_LOG_COPY_DISABLE)
-    if copy_disable is not None and brokers.holds and current is not None and current.copying:
+    if copy_disable is not None and brokers.holds and not brokers.copying and current is not None and current.copying:
         removed = incremental and copy_disable.get("config_operation", OP_SET) == OP_DELETE
         if removed or str(copy_disable["value"]).strip().lower() != "true":
             return (f"Topic {name} is tiered by the proxy now, and the brokers still hold remote data of it: "

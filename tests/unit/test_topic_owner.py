@@ -90,3 +90,6 @@ def test_alterations_that_would_make_both_tier_are_refused() -> None:
                                incremental=True) is None
     assert ownership_conflict("t", _set("remote.log.copy.disable", "true"), stopped, _state(True),
                                incremental=True) is None
+    # Handed to the brokers (they copy; the proxy's record still says ENABLED): nothing to refuse.
+    assert ownership_conflict("t", _set("remote.log.copy.disable", "false"), copying, _state(True),
+                              incremental=True) is None
