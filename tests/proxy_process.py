@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cpu_sets import pin_tree
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -61,9 +63,10 @@ class ProxyProcess:
 
 def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeout: float = 30,
                 scheme: str = "", node_ids: list[int] | None = None, source: Path | None = None,
-                port: int | None = None) -> ProxyProcess:
+                port: int | None = None, cpus: frozenset[int] | None = None) -> ProxyProcess:
     """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly. ``source``:
-    run the proxy of another checkout (a benchmark's baseline) instead of this one."""
+    run the proxy of another checkout (a benchmark's baseline) instead of this one. ``cpus``: pin it,
+    every thread, to these CPUs once it listens (benchmarks: tests/cpu_sets.py)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     node_ports = {node: free_port() for node in (node_ids or broker_node_ids(upstream_bootstrap))}
@@ -88,6 +91,8 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
         if process.poll() is not None:
             raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
         if b"proxy listening on" in log_path.read_bytes():
+            if cpus is not None:
+                pin_tree(process.pid, cpus)
             return ProxyProcess(port, node_ports, process, log_path)
         time.sleep(0.1)
     process.kill()

@@ -1,7 +1,7 @@
 """The first record from the remote tier, from a proxy that has just started (issue 26), side by side
 with a baseline checkout's proxy and with the broker's own local log in one run.
 
-    python -m tests.bench.first_record [--mb 30] [--runs 5] [--baseline DIR] [--keep-work-dir]
+    python -m tests.bench.first_record [--mb 30] [--runs 5] [--shared] [--baseline DIR] [--keep-work-dir]
 
 One single-node Kafka 4.4 broker holds ``--mb`` MB of 1 KiB records in 3 partitions of a topic that
 a proxy tiers (1 MiB segments) until the broker's log start has moved past most of it; that proxy
@@ -12,7 +12,9 @@ partition, from its creation to its first record: **first** (every cache of the 
 connections to the brokers as it made them at start) and, right after, **again** with a second
 consumer (the proxy warm). ``--baseline DIR`` (e.g. ``git worktree add /tmp/before <commit>``) runs
 that checkout's proxy in the same runs, alternating. **broker** is the floor: the same consumer on a
-topic the broker still holds whole, asked directly. Medians [min-max] in ms. Every wait is bounded;
+topic the broker still holds whole, asked directly. Medians [min-max] in ms. The proxies run on CPUs
+of their own, the broker and the consumers on the others (tests/cpu_sets.py); ``--shared`` lets
+every process run anywhere. Every wait is bounded;
 the broker and proxies are stopped at the end, also on an error or Ctrl-C.
 """
 
@@ -27,6 +29,7 @@ from confluent_kafka import Producer
 
 from tests.bench import kafka_native as native
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.cpu_sets import pin_self, placement
 from tests.kafka_cluster import start_single
 from tests.proxy_process import start_proxy
 
@@ -39,6 +42,8 @@ def cell(values: list[float]) -> str:
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
+    where = placement(not args.shared)
+    pin_self(where)  # the broker and the consumers inherit it
     broker = start_single(work / "broker")
     tiering = None
     try:
@@ -74,7 +79,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
             for name, source in sources.items():
                 # The copier's next round a minute away: it finds nothing to copy at start.
                 proxy = start_proxy(broker.bootstrap, work / name, "--data-dir", str(data_dir),
-                                    "--set", "remote.log.manager.task.interval.ms=60000", source=source)
+                                    "--set", "remote.log.manager.task.interval.ms=60000", source=source,
+                                    cpus=where.proxy)
                 try:
                     time.sleep(1)
                     first[name].append(native.first_record_ms(proxy.bootstrap, native.PROXY))
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             tiering.stop()
         broker.stop()
     print(f"\nfirst record from offset 0 of {native.PROXY} (remote tier only), a new consumer, ms; "
-          f"{args.runs} runs, medians [min-max]\n")
+          f"{args.runs} runs, medians [min-max]; CPUs: {where.describe()}\n")
     print("| path | first (fresh proxy) | again (warm proxy) |")
     print("|---|---|---|")
     for name in sources:
@@ -102,6 +108,8 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=30, help="MB of 1 KiB records tiered (default 30)")
     parser.add_argument("--runs", type=int, default=5, help="fresh proxies per path (default 5)")
     parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout, alternating")
+    parser.add_argument("--shared", action="store_true", help="let every process run on any CPU, instead of the "
+                        "proxies on CPUs of their own and the broker and the consumers on the others")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxies' folders")
     args = parser.parse_args()
     run_in_work_dir("bench-first-record-", args.keep_work_dir, lambda work: run(args, work))

@@ -21,7 +21,7 @@ the whole run. Measured, ``--runs`` times round-robin (direct, proxy), medians [
   the same time, each record's delivery latency (produce() to delivery report), p50 and p99 in ms.
 
 By default the proxy (every thread) runs on CPUs of its own and the broker and the clients on the
-others, in the direct runs too (tests/bench/cpu_sets.py: one core each on two): the ratio then
+others, in the direct runs too (tests/cpu_sets.py: one core each on two): the ratio then
 measures the proxy. ``--shared`` lets every process run anywhere, as before: on two cores that
 ratio measures the machine. The table's heading says which.
 
@@ -61,8 +61,8 @@ from protocol.apis import FETCH, api
 from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from protocol.record_set import iter_batches
 from tests.bench.backfill import RAW_MAX_BYTES, raw_fetch_body
-from tests.bench.cpu_sets import pin_self, pin_tree, placement
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.cpu_sets import pin_self, placement
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 
@@ -360,12 +360,10 @@ def run(args: argparse.Namespace, work: Path) -> None:
         fill(broker.bootstrap, topic, records)
         print(f"wrote {records:,} records of {RECORD_BYTES} B to {topic} in {time.perf_counter() - began:.0f} s "
               f"(Kafka {broker.release.version}, single node)", flush=True)
-        proxies["proxy"] = start_proxy(broker.bootstrap, work / "proxy")
+        proxies["proxy"] = start_proxy(broker.bootstrap, work / "proxy", cpus=where.proxy)
         if args.baseline:
-            proxies["baseline"] = start_proxy(broker.bootstrap, work / "baseline", source=Path(args.baseline))
-        if where.proxy is not None:
-            for p in proxies.values():
-                pin_tree(p.process.pid, where.proxy)
+            proxies["baseline"] = start_proxy(broker.bootstrap, work / "baseline", source=Path(args.baseline),
+                                              cpus=where.proxy)
         paths = {"direct": broker.bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
         consumer: dict[str, list[float]] = {name: [] for name in paths}
         raw: dict[str, list[RawRead]] = {name: [] for name in paths}
