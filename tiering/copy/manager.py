@@ -251,8 +251,8 @@ class RemoteLogManager:
                     wanted[tp] = (p.leader, p.leader_epoch, settings, state, brokers)
         for name in self.brokers_hold - brokers_hold:
             if owners.get(name) == TieredBy.PROXY:
-                log.warning("topic %s: the brokers no longer hold remote data of it; its hand-over to the proxy is "
-                            "complete (the proxy moves their log start from now on)", name)
+                log.info("topic %s: the brokers no longer hold remote data of it; its hand-over to the proxy is "
+                         "complete (the proxy moves their log start from now on)", name)
         self.owners = owners
         self.brokers_hold = frozenset(brokers_hold)
         self._remove_deleted_partitions()
@@ -318,13 +318,13 @@ class RemoteLogManager:
             log.warning("topic %s is tiered by the brokers (remote.storage.enable=true is the topic's own config "
                         "there): the proxy does not copy it, move its log start or expire it%s", name, held)
         elif owner == TieredBy.PROXY:
-            log.warning("topic %s is tiered by the proxy now (was: %s); while the brokers hold remote data of it, "
-                        "the proxy copies it through them and leaves their log start alone", name, before.value)
+            log.info("topic %s is tiered by the proxy now (was: %s); while the brokers hold remote data of it, "
+                     "the proxy copies it through them and leaves their log start alone", name, before.value)
         else:
-            log.warning("topic %s is tiered by nobody now (was: %s)", name, before.value)
+            log.info("topic %s is tiered by nobody now (was: %s)", name, before.value)
 
     def tiered_by(self, topic: str) -> TieredBy:
-        """Who tiered ``topic`` at the last round (NONE for a topic that round did not describe)."""
+        """Who tiered ``topic`` at the last round that described it (NONE for a topic none has)."""
         return self.owners.get(topic, TieredBy.NONE)
 
     def _topic_state(self, topic: TopicInfo, broker_configs: BrokerTopicConfigs) -> TopicTieringState | None:
