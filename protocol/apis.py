@@ -9,6 +9,7 @@ from functools import cache
 from protocol.kio_schemas import kio_api_index
 from protocol.message_codec import Codec, codec
 from protocol.message_schema import MessageSchema, json_schema, json_schema_names, load_schema
+from protocol.schema_model import same_bytes
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,15 @@ class Api:
     def has_schema(self, version: int) -> bool:
         """Whether the proxy can decode this version's request and response."""
         return version in self.request.valid and version in self.response.valid
+
+    @cache  # noqa: B019 - asked for every request; Api values live as long as the process
+    def same_bytes(self, a: int, b: int) -> bool:
+        """Whether requests and responses at versions ``a`` and ``b`` are the same bytes, header and
+        body, but for the request header's version field: a request may be sent at one and its
+        answer read at the other (schema_model.same_bytes)."""
+        return (self.request_header_version(a) == self.request_header_version(b)
+                and self.response_header_version(a) == self.response_header_version(b)
+                and same_bytes(self.request, a, b) and same_bytes(self.response, a, b))
 
     def request_codec(self, version: int) -> Codec:
         return codec(self.request.name, version)

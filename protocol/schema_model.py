@@ -86,3 +86,31 @@ class MessageSchema:
     @property
     def min_version(self) -> int:
         return self.valid.low
+
+
+def same_bytes(schema: MessageSchema, a: int, b: int) -> bool:
+    """Whether a message's bodies at versions ``a`` and ``b`` are the same bytes: both flexible or
+    neither, every field of one version that the other lacks is tagged there (a reader skips tags it
+    does not know, a writer at the other version has none to write), and every field of both is
+    alike in both (nullable, tagged, and so on down its sub-fields)."""
+    if a not in schema.valid or b not in schema.valid:
+        return False
+    return schema.is_flexible(a) == schema.is_flexible(b) and _fields_alike(schema.fields, a, b)
+
+
+def _fields_alike(fields: list[Field], a: int, b: int) -> bool:
+    for f in fields:
+        in_a, in_b = a in f.versions, b in f.versions
+        if in_a != in_b:
+            if (a if in_a else b) not in f.tagged:
+                return False
+            continue
+        if not in_a:
+            continue
+        override = f.flexible_override
+        if (a in f.tagged) != (b in f.tagged) or (a in f.nullable) != (b in f.nullable) or \
+                (override is not None and (a in override) != (b in override)):
+            return False
+        if not _fields_alike(f.fields, a, b):
+            return False
+    return True

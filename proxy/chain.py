@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ from protocol.headers import (
 )
 from proxy.byte_budget import ByteBudget, Holding
 from proxy.config import ProxyConfig
+
+_API_VERSION = struct.Struct(">h")
 
 
 class Message:
@@ -110,6 +113,9 @@ class RequestContext:
     broker_versions: dict[int, tuple[int, int]]  # API key -> versions the broker itself offers
     response_hooks: list[ResponseHook] = field(default_factory=list)
     upstream_version: int = -1  # the version the broker is asked at; -1: the client's
+    # The version the request header names to the broker, its body and the answer's the same bytes
+    # as at the client's version (relabel_as); -1: the client's.
+    relabelled: int = -1
     # Bytes held for the answer (ByteBudget holdings); released once the client has it.
     held: list[Holding] = field(default_factory=list)
 
@@ -122,14 +128,28 @@ class RequestContext:
         the body's fields must suit both versions)."""
         self.upstream_version = version
 
+    def relabel_as(self, version: int) -> None:
+        """Ask the broker at ``version``, whose requests and answers are the same bytes as at the
+        client's (``Api.same_bytes``): only the request header's version field changes, and the
+        answer goes back as it is, so it can be relayed untouched. The caller vouches that the
+        broker means the same by both versions."""
+        if not self.api.same_bytes(self.version, version):
+            raise ValueError(f"{self.api.name} v{self.version} and v{version} are not the same bytes")
+        self.relabelled = version
+
     @property
     def translated(self) -> bool:
         return self.upstream_version not in (-1, self.version)
 
-    def upstream_frame(self) -> bytes | memoryview:
+    def upstream_frame(self) -> bytes | bytearray | memoryview:
         """The request as it goes to the broker."""
         if not self.translated:
-            return self.request.to_frame()
+            frame = self.request.to_frame()
+            if self.relabelled < 0:
+                return frame
+            relabelled = bytearray(frame)
+            _API_VERSION.pack_into(relabelled, 2, self.relabelled)  # after the int16 api_key
+            return relabelled
         version = self.upstream_version
         header = dataclasses.replace(self.header, api_version=version)
         return encode_request_header(header, self.api.request_header_version(version)) + \

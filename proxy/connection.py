@@ -255,7 +255,7 @@ class ClientConnection:
             return
         # A version without a schema is one only relaying filters see (negotiate_versions): relayed.
         filters = self.proxy.filters_for.get(api_key, ()) if spec.has_schema(version) else ()
-        out: bytes | memoryview = view  # what goes upstream
+        out: bytes | bytearray | memoryview = view  # what goes upstream
         hooked: RequestContext | None = None  # when filters asked to see the answer
         body_at = -1
         if filters:

@@ -1,6 +1,7 @@
 """The proxy's remote tier against Kafka's OWN tiered storage (issue 25, item 4), on Apache Kafka 4.4.
 
-    python -m tests.bench.kafka_native [--mb 300] [--runs 3] [--segment-mb 4] [--readers 1] [--keep-work-dir]
+    python -m tests.bench.kafka_native [--mb 300] [--runs 3] [--segment-mb 4] [--readers 1] [--shared]
+                                       [--keep-work-dir]
 
 Two single-node Kafka 4.4 brokers (tests/kafka_cluster.py) and the same data, ``--mb`` MB of 1 KiB records
 (values half random, half repeated; no compression) in 3 partitions of each of three topics, every topic
@@ -19,13 +20,14 @@ with ``segment.bytes`` = ``--segment-mb`` and no total retention:
       ``local.retention.bytes=1`` set through the proxy, which keeps them: broker B could not tier
       it), the brokers' log start moved by the proxy's DeleteRecords; read through the proxy.
 
-Why a second broker for (c): a proxy in front of broker A tiers every topic that has
-``remote.storage.enable=true`` set at the broker (docs/operating-tiering.md, *Tiering*), so it would tier (b) a second time,
-and its local retention (DeleteRecords) moves Kafka's log start of (b), which on a broker with tiered
-storage is the start of the WHOLE log: Kafka then deletes its own remote segments below it (measured
-while writing this bench: direct readers of such a topic lost the offsets below the proxy's log start).
-A topic created through the proxy on broker A would be tiered by the proxy only (the proxy takes
-``remote.storage.enable`` out of CreateTopics, so broker A never sees it), but (b) would not be safe.
+Why a second broker for (c): a proxy in front of broker A would leave (b) to Kafka (a topic the
+brokers tier is theirs, docs/operating-tiering.md#who-tiers-a-topic), and a topic created through it
+would be tiered by the proxy while broker A also has tiered storage on; broker B keeps the two kinds
+of tiering on separate machines, each measured with nothing of the other in the way.
+
+Where the processes run: the proxies on CPUs of their own, both brokers and every client on the
+others (tests/cpu_sets.py), so that the reads of (a) and (b) and the reads of (c) give the clients
+and brokers the same CPUs; ``--shared`` lets every process run anywhere.
 
 What is measured, in this order:
 
@@ -80,6 +82,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from protocol.apis import LIST_OFFSETS
 from tests.bench.process_hygiene import run_in_work_dir
 from tests.bench.wire_speed import rss_sampler
+from tests.cpu_sets import Placement, pin_self, placement
 from tests.kafka_cluster import KafkaCluster, start_native_tiered, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tiering.broker_client import BrokerClient
@@ -422,11 +425,11 @@ def read_variant(bootstrap: str, topic: str, records: int, first: tuple[Figures,
 
 
 @contextlib.contextmanager
-def fresh_proxy(bootstrap: str, work: Path, data_dir: Path) -> Iterator[ProxyProcess]:
-    """A new proxy process on the tiered data: its copier's first round finds nothing to copy, and the
-    next one is a minute away."""
+def fresh_proxy(bootstrap: str, work: Path, data_dir: Path, cpus: frozenset[int] | None) -> Iterator[ProxyProcess]:
+    """A new proxy process on the tiered data, on ``cpus``: its copier's first round finds nothing to
+    copy, and the next one is a minute away."""
     proxy = start_proxy(bootstrap, work, "--data-dir", str(data_dir),
-                        "--set", "remote.log.manager.task.interval.ms=60000")
+                        "--set", "remote.log.manager.task.interval.ms=60000", cpus=cpus)
     try:
         yield proxy
     finally:
@@ -468,6 +471,8 @@ def start_brokers(work: Path) -> tuple[KafkaCluster, KafkaCluster]:
 def run(args: argparse.Namespace, work: Path) -> None:
     segment_bytes = args.segment_mb << 20
     bench_started = time.perf_counter()
+    where = placement(not args.shared)
+    pin_self(where)  # both brokers and every client inherit it
     broker_a, broker_b = start_brokers(work)
     tiering_proxy: ProxyProcess | None = None
     try:
@@ -494,7 +499,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
         data_dir = work / "proxy-data"
         tiering_proxy = start_proxy(broker_b.bootstrap, work / "proxy", "--data-dir", str(data_dir),
                                     "--set", f"log.segment.bytes={segment_bytes}",
-                                    "--set", f"remote.log.manager.task.interval.ms={TASK_INTERVAL_MS}")
+                                    "--set", f"remote.log.manager.task.interval.ms={TASK_INTERVAL_MS}",
+                                    cpus=where.proxy)
         via_proxy, at_b = tiering_proxy.bootstrap, broker_b.bootstrap
         log_end = list_offsets(at_b, PROXY, LATEST)
         ours = tier(PROXY, via_proxy, via_proxy, at_b, EARLIEST,
@@ -512,7 +518,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         tiering_proxy.stop()
         tiering_proxy = None
         earliest = {NATIVE: list_offsets(broker_a.bootstrap, NATIVE, EARLIEST)}
-        with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy:
+        with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir, where.proxy) as proxy:
             earliest[PROXY] = list_offsets(proxy.bootstrap, PROXY, EARLIEST)
         if any(earliest[t][p] != 0 for t in earliest for p in range(PARTITIONS)):
             raise RuntimeError(f"EARLIEST should be 0 everywhere: {earliest}")
@@ -524,7 +530,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             shown = []
             for topic in LABELS:
                 if topic == PROXY:
-                    with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy, \
+                    with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir, where.proxy) as proxy, \
                             rss_sampler(proxy.process.pid, proxy_rss):
                         shown.append(read_variant(proxy.bootstrap, topic, records, first[topic],
                                                   speed[topic], args.readers))
@@ -536,12 +542,12 @@ def run(args: argparse.Namespace, work: Path) -> None:
         for round_ in range(1, args.runs + 1):
             shown = [attempt(java[NATIVE], NATIVE,
                              lambda: java_fetch_mb_per_s(broker_a, broker_a.bootstrap, NATIVE, records))]
-            with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir) as proxy:
+            with fresh_proxy(broker_b.bootstrap, work / "proxy", data_dir, where.proxy) as proxy:
                 shown.append(attempt(java[PROXY], PROXY,
                                      lambda: java_fetch_mb_per_s(broker_a, proxy.bootstrap, PROXY, records)))
             print(f"  round {round_}/{args.runs} Java consumer fetch MiB/s: {', '.join(shown)}", flush=True)
 
-        report(args, records, native, ours, own, speed, first, java, time.perf_counter() - bench_started)
+        report(args, where, records, native, ours, own, speed, first, java, time.perf_counter() - bench_started)
         print(f"\nproxy peak RSS over each round's reads of (c) (a fresh proxy each): "
               f"{', '.join(f'{mb:.0f}' for mb in proxy_rss)} MB")
     finally:
@@ -551,13 +557,13 @@ def run(args: argparse.Namespace, work: Path) -> None:
         broker_b.stop()
 
 
-def report(args: argparse.Namespace, records: int, native: Tiering, ours: Tiering, own_at_b: dict[str, str],
+def report(args: argparse.Namespace, where: Placement, records: int, native: Tiering, ours: Tiering, own_at_b: dict[str, str],
            speed: dict[str, Figures], first: dict[str, tuple[Figures, Figures]], java: dict[str, Figures],
            elapsed: float) -> None:
     mb = records * RECORD_BYTES / 1e6
     print(f"\nKafka 4.4 native tiered storage vs tiered-proxy: {mb:.0f} MB per topic ({records} records of "
           f"{RECORD_BYTES} B, {PARTITIONS} partitions, segment.bytes {args.segment_mb} MiB, no compression), "
-          f"{args.runs} runs, {elapsed:.0f} s in all")
+          f"{args.runs} runs, {elapsed:.0f} s in all; CPUs: {where.describe()}")
     print(f"  (a) {LOCAL}   broker A, not tiered: the broker's local log")
     print(f"  (b) {NATIVE}  broker A, Kafka's own tiered storage (LocalTieredStorage): "
           f"{native.remote_share:.0%} of the records below the broker's EARLIEST_LOCAL")
@@ -607,6 +613,8 @@ def main() -> None:
                         "minimum is 1)")
     parser.add_argument("--readers", type=int, default=1, help="consumers reading each variant at once (default 1); "
                         "their MB/s together is reported")
+    parser.add_argument("--shared", action="store_true", help="let every process run on any CPU, instead of the "
+                        "proxies on CPUs of their own and the brokers and the clients on the others")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the brokers' and proxies' folders")
     args = parser.parse_args()
     run_in_work_dir("bench-kafka-native-", args.keep_work_dir, lambda work: run(args, work))

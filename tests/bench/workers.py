@@ -10,10 +10,13 @@ with that many workers on the same metadata topic and remote folder, and ``--con
 confluent-kafka consumer processes that each read a whole topic from offset 0 at the same time,
 first the untiered topic, then the tiered one. Prints, per path and worker count, the aggregate
 payload MB/s (median and range), its ratio to one worker, and the proxy's CPU seconds per GB served
-(all its processes). Broker, proxies and consumers share this machine's cores.
+(all its processes). The proxies, with all their worker processes and threads, run on CPUs of their
+own, the broker and the consumers on the others (tests/cpu_sets.py); ``--shared`` lets every process
+run anywhere. On two cores the proxy has one: N workers there measure what they cost, not what
+they give.
 
     python -m tests.bench.workers [--megabytes 100] [--consumers 3] [--workers 2] [--repeat 3] [--client raw]
-                                  [--keep-work-dir]
+                                  [--shared] [--keep-work-dir]
 
 ``--client raw`` reads with tests/bench/wire_speed.py's raw Fetch loop instead of consumers.
 """
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from tests.bench.backfill import DIRECT_TOPIC, PARTITIONS, TIERED_TOPIC, log_starts, produce
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.cpu_sets import pin_self, pin_tree, placement
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.tiering_checks import wait_until
@@ -125,6 +129,8 @@ def main() -> None:
     parser.add_argument("--client", choices=tuple(CLIENTS), default="confluent",
                         help="confluent: consumer processes, MB/s of payload; raw: raw Fetch loops, MB/s of "
                              "record bytes as stored")
+    parser.add_argument("--shared", action="store_true", help="let every process run on any CPU, instead of the "
+                        "proxies on CPUs of their own and the broker and the consumers on the others")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the working folder in /tmp")
     args = parser.parse_args()
     if args.megabytes < 24 * args.segment_mb:
@@ -137,6 +143,8 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
+    where = placement(not args.shared)
+    pin_self(where)  # the broker and the consumers inherit it
     broker = start_single(work / "broker")
     proxies: list[ProxyProcess] = []
     figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
@@ -154,9 +162,12 @@ def run(args: argparse.Namespace, work: Path) -> None:
             for workers in (1, args.workers):
                 proxy = start_proxy(broker.bootstrap, work / f"w{workers}", *common,
                                     "--set", f"proxy.workers={workers}",
-                                    "--set", "remote.log.manager.task.interval.ms=60000", timeout=60)
+                                    "--set", "remote.log.manager.task.interval.ms=60000", timeout=60,
+                                    cpus=where.proxy)
                 proxies.append(proxy)
                 assert wait_until(lambda p=proxy, w=workers: p.log_text().count("proxy listening on") >= w, 60)
+                if where.proxy is not None:
+                    pin_tree(proxy.process.pid, where.proxy)  # workers that started after the first listened
                 for path, topic in PATHS.items():
                     cpu_before = proxy_cpu_seconds(proxy)
                     seconds, payload = measure(proxy.bootstrap, topic, count, args.consumers, args.client)
@@ -170,7 +181,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             proxy.stop()
         broker.stop()
     print(f"\n{args.consumers} {args.client} clients each reading {args.megabytes} MB from offset 0 through the proxy, Kafka "
-          f"{broker.release.version}, {args.repeat} runs, {os.cpu_count()} cores shared with broker and consumers")
+          f"{broker.release.version}, {args.repeat} runs; CPUs: {where.describe()}")
     print(f"{'path':>13} {'workers':>8} {'MB/s median':>12} {'range':>15} {'ratio':>7} {'CPU s/GB':>9}")
     for path in PATHS:
         base = statistics.median(mbs for mbs, _ in figures[(path, 1)])

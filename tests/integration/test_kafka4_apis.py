@@ -148,22 +148,54 @@ def test_share_fetch_records_pass_byte_equal_and_new_leaders_are_re_addressed(ka
     assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": proxy.node_ports[2], "rack": "r2"}]
 
 
-@pytest.mark.parametrize("api_key, version, body", [
-    (SHARE_ACKNOWLEDGE, 2, {"group_id": "sg", "member_id": "member-1", "share_session_epoch": 1, "topics": [
-        {"topic_id": TOPIC_ID, "partitions": [{"partition_index": 1, "acknowledgement_batches": [
-            {"first_offset": 40, "last_offset": 44, "acknowledge_types": [1]}]}]}]}),
-    (FETCH, 17, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                 "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": TOPIC_ID, "partitions": [
-                     {"partition": 1, "current_leader_epoch": 3, "fetch_offset": 0, "last_fetched_epoch": -1,
-                      "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-                 "forgotten_topics_data": [], "rack_id": ""}),
-], ids=["ShareAcknowledge", "Fetch"])
-def test_not_leader_answers_name_the_new_leader_at_the_proxy(kafka4, api_key, version, body):
+_FETCH_V17 = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+              "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": TOPIC_ID, "partitions": [
+                  {"partition": 1, "current_leader_epoch": 3, "fetch_offset": 0, "last_fetched_epoch": -1,
+                   "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+              "forgotten_topics_data": [], "rack_id": ""}
+
+
+def test_share_acknowledge_not_leader_names_the_new_leader_at_the_proxy(kafka4):
     _, proxy = kafka4
-    answer, _, _ = _through(kafka4, api_key, version, body)
+    body = {"group_id": "sg", "member_id": "member-1", "share_session_epoch": 1, "topics": [
+        {"topic_id": TOPIC_ID, "partitions": [{"partition_index": 1, "acknowledgement_batches": [
+            {"first_offset": 40, "last_offset": 44, "acknowledge_types": [1]}]}]}]}
+    answer, _, _ = _through(kafka4, SHARE_ACKNOWLEDGE, 2, body)
     partition = answer["responses"][0]["partitions"][0]
     assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition["current_leader"] == LEADER_MOVED
     assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": proxy.node_ports[2], "rack": "r2"}]
+
+
+def test_fetch_v16_and_up_is_asked_as_v15_and_its_answer_passes_untouched(kafka4):
+    """Fetch v16-18 add only NodeEndpoints and replicas' tags: the broker is asked at v15, the same
+    request bytes under another version number, and its answer (which names no broker) goes back as
+    it is, to be relayed when large (issue 36). The client learns of the new leader by its error and
+    current_leader, and finds its address with Metadata, as at v15."""
+    broker, _ = kafka4
+    answer, sent, received = _through(kafka4, FETCH, 17, _FETCH_V17)
+    assert broker.requests_of(FETCH)[-1][0] == 15
+    assert _body(FETCH, 15, received) == _body(FETCH, 17, sent)
+    partition = answer["responses"][0]["partitions"][0]
+    assert partition["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition["current_leader"] == LEADER_MOVED
+    assert not answer["node_endpoints"]
+
+
+def test_fetch_new_leaders_are_re_addressed_where_the_broker_has_no_v15(kafka4, tmp_path):
+    """A broker whose Fetch starts at v16 answers with NodeEndpoints: those are rewritten to the
+    proxy's ports."""
+    scripted, _ = kafka4
+    broker = ScriptedBroker({**KAFKA_4_2, FETCH: (16, 18)}, scripted.answers, node_ids=(1, 2))
+    proxy = start_proxy(broker.bootstrap, tmp_path / "proxy", node_ids=[1, 2])
+    try:
+        answer, _, _ = _through((broker, proxy), FETCH, 17, _FETCH_V17)
+        assert broker.requests_of(FETCH)[-1][0] == 17
+        partition = answer["responses"][0]["partitions"][0]
+        assert partition["current_leader"] == LEADER_MOVED
+        assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": proxy.node_ports[2],
+                                             "rack": "r2"}]
+    finally:
+        proxy.stop()
+        broker.close()
 
 
 def _consumer_group_protocol_outcome(bootstrap: str, topic: str) -> tuple[str | None, int]:

@@ -207,3 +207,29 @@ def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_pat
         assert 0 < peak <= 256 * 1024, peak
     finally:
         proxy.stop()
+
+
+def test_librdkafka_fetch_answers_are_relayed_as_they_arrive(kafka, unique_name, tmp_path):
+    """librdkafka asks Fetch v16, whose answers may name new leaders' addresses (KIP-951): the proxy
+    asks the broker at v15, the same bytes without them, so each large answer is relayed as it
+    arrives rather than held whole to be checked (issue 36: held, they halved librdkafka's load
+    tool). Counted, not timed: every large Fetch answer the consumer got was relayed."""
+    topic = unique_name
+    create_topic(kafka.bootstrap, topic, 1)
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
+    for i in range(3000):
+        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
+    producer.deliver_all(30)
+    metrics_port = free_port()
+    proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
+    try:
+        consumed = consume_all("confluent", proxy.bootstrap, topic, 1, 3000, timeout=60)
+        assert [int.from_bytes(v[:4], "big") for _, _, v in consumed[0]] == list(range(3000))
+        metrics = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        fetches = {labels[1][1]: count for (name, labels), count in metrics.items()
+                   if name == "tiered_proxy_requests_total" and labels[0] == ("api", "Fetch")}
+        # 3 MB in answers of at most 1 MiB (max.partition.fetch.bytes): at least two large ones.
+        assert fetches.get("relayed", 0) >= 2, fetches
+        assert fetches.get("rewritten", 0) == 0, fetches
+    finally:
+        proxy.stop()
