@@ -3,10 +3,11 @@ through the proxy, with the proxy on CPUs of its own and shared (issue 36).
 
     python -m tests.bench.librdkafka_load [--rdkafka-performance PATH] [--records 800000] [--runs 5]
                                           [--topics 10,100] [--rate 5000] [--seconds 20]
-                                          [--placements isolated,shared] [--keep-work-dir]
+                                          [--placements isolated,shared] [--baseline DIR] [--keep-work-dir]
 
 One single-node Apache Kafka 4.4 broker (tests/kafka_cluster.py) and one ``tiered-proxy serve`` in
-front of it, with default settings. Every measure alternates direct and through the proxy, in each
+front of it, with default settings (``--baseline DIR``: a second, of that checkout, e.g. made with
+``git worktree add``). Every measure alternates direct and through the proxies, in each
 placement: **isolated**, the proxy and all its threads on the upper half of the CPUs and the broker
 and every client on the lower half (tests/cpu_sets.py; direct runs get the same CPUs for broker
 and clients), and **shared**, every process anywhere.
@@ -66,16 +67,17 @@ _STAMP = struct.Struct(">q")  # a record's send time, CLOCK_MONOTONIC ns (one cl
 
 @dataclass
 class Figures:
-    """Measures of one kind, direct and through the proxy."""
+    """Measures of one kind by path (direct, proxy, baseline), and the proxies' CPU per MB."""
 
-    direct: list[float] = field(default_factory=list)
-    proxy: list[float] = field(default_factory=list)
-    proxy_cpu_ms_per_mb: list[float] = field(default_factory=list)
+    by_path: dict[str, list[float]] = field(default_factory=dict)
+    cpu_ms_per_mb: dict[str, list[float]] = field(default_factory=dict)
 
-    def ratio(self) -> str:
-        if not self.direct or not self.proxy:
-            return "-"
-        return f"{statistics.median(self.proxy) / statistics.median(self.direct):.2f}x"
+    def add(self, path: str, value: float) -> None:
+        self.by_path.setdefault(path, []).append(value)
+
+    def ratio(self, path: str) -> str:
+        mine, direct = self.by_path.get(path), self.by_path.get("direct")
+        return f"{statistics.median(mine) / statistics.median(direct):.2f}x" if mine and direct else "-"
 
 
 def cell(values: list[float], spec: str = ".0f") -> str:
@@ -98,13 +100,14 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 # --- placement -------------------------------------------------------------------------------------
 
 
-def place(where: Placement, broker: KafkaCluster, proxy: ProxyProcess) -> frozenset[int]:
-    """Moves the broker and the proxy (every thread) where ``where`` says; the CPUs for clients."""
+def place(where: Placement, broker: KafkaCluster, proxies: dict[str, ProxyProcess]) -> frozenset[int]:
+    """Moves the broker and the proxies (every thread) where ``where`` says; the CPUs for clients."""
     everywhere = frozenset(os.sched_getaffinity(0))
     clients = where.others or everywhere
     assert broker.pid is not None
     pin_tree(broker.pid, clients)
-    pin_tree(proxy.process.pid, where.proxy or everywhere)
+    for proxy in proxies.values():
+        pin_tree(proxy.process.pid, where.proxy or everywhere)
     return clients
 
 
@@ -159,58 +162,54 @@ def delivery_ms(path: Path) -> list[float]:
 class ToolRun:
     produce: Figures = field(default_factory=Figures)
     consume: Figures = field(default_factory=Figures)
-    produce_rate: list[float] = field(default_factory=list)  # direct msg/s
-    latency: dict[float, tuple[list[float], list[float]]] = field(default_factory=dict)  # load -> (direct, proxy)
+    latency: dict[float, dict[str, list[float]]] = field(default_factory=dict)  # load -> path -> ms
+
+    @property
+    def top_rate(self) -> float:
+        """The direct produce's median msg/s."""
+        return statistics.median(self.produce.by_path["direct msg/s"])
 
 
-def measured_by_proxy(proxy: ProxyProcess, figures: Figures, megabytes: float, measure: Callable[[], float]) -> float:
-    before = proxy_cpu_seconds(proxy)
-    value = measure()
-    figures.proxy_cpu_ms_per_mb.append((proxy_cpu_seconds(proxy) - before) * 1000 / megabytes)
-    return value
+def measured(proxy: ProxyProcess | None, figures: Figures, path: str, megabytes: float,
+             measure: Callable[[], float]) -> None:
+    """``measure()`` added to ``figures``, with the proxy's CPU time per MB when there is one."""
+    before = proxy_cpu_seconds(proxy) if proxy else 0.0
+    figures.add(path, measure())
+    if proxy is not None:
+        figures.cpu_ms_per_mb.setdefault(path, []).append((proxy_cpu_seconds(proxy) - before) * 1000 / megabytes)
 
 
-def tool_run(tool: Path, cpus: frozenset[int], broker: KafkaCluster, proxy: ProxyProcess, args: argparse.Namespace,
-             work: Path) -> ToolRun:
+def tool_run(tool: Path, cpus: frozenset[int], broker: KafkaCluster, proxies: dict[str, ProxyProcess],
+             args: argparse.Namespace, work: Path) -> ToolRun:
     topic = f"perf-{uuid.uuid4().hex[:6]}"
     create_topics(broker.bootstrap, [topic], PARTITIONS)
-    paths = {"direct": broker.bootstrap, "proxy": proxy.bootstrap}
+    paths = {"direct": broker.bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
     run = ToolRun()
     megabytes = args.records * RECORD_BYTES / 1e6
     for bootstrap in paths.values():  # not counted: the broker's JIT, the connections' first turns
         produce(tool, cpus, bootstrap, topic, args.records // 4)
         consume(tool, cpus, bootstrap, topic, args.records // 4)
     for _ in range(args.runs):
-        for name, bootstrap in paths.items():
-            def produced(bootstrap: str = bootstrap) -> float:
+        for path, bootstrap in paths.items():
+            def produced(path: str = path, bootstrap: str = bootstrap) -> float:
                 mb_s, msg_s = produce(tool, cpus, bootstrap, topic, args.records)
-                if bootstrap == broker.bootstrap:
-                    run.produce_rate.append(msg_s)
+                if path == "direct":
+                    run.produce.add("direct msg/s", msg_s)
                 return mb_s
 
-            if name == "proxy":
-                run.produce.proxy.append(measured_by_proxy(proxy, run.produce, megabytes, produced))
-            else:
-                run.produce.direct.append(produced())
+            measured(proxies.get(path), run.produce, path, megabytes, produced)
     for _ in range(args.runs):
-        for name, bootstrap in paths.items():
-            def consumed(bootstrap: str = bootstrap) -> float:
-                return consume(tool, cpus, bootstrap, topic, args.records)
-
-            if name == "proxy":
-                run.consume.proxy.append(measured_by_proxy(proxy, run.consume, megabytes, consumed))
-            else:
-                run.consume.direct.append(consumed())
-    top = statistics.median(run.produce_rate)
+        for path, bootstrap in paths.items():
+            measured(proxies.get(path), run.consume, path, megabytes,
+                     lambda bootstrap=bootstrap: consume(tool, cpus, bootstrap, topic, args.records))
     for load in LOADS:
-        rate = max(100, int(top * load))
+        rate = max(100, int(run.top_rate * load))
         records = max(2000, rate * args.latency_seconds)
-        got: tuple[list[float], list[float]] = ([], [])
-        for side, bootstrap in zip(got, paths.values(), strict=True):
+        run.latency[load] = {}
+        for path, bootstrap in paths.items():
             file = work / f"latency-{uuid.uuid4().hex[:6]}.txt"
             produce(tool, cpus, bootstrap, topic, records, rate, file)
-            side.extend(delivery_ms(file))
-        run.latency[load] = got
+            run.latency[load][path] = delivery_ms(file)
     return run
 
 
@@ -329,9 +328,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
     if tool is not None and not os.access(tool, os.X_OK):
         raise SystemExit(f"--rdkafka-performance {tool}: not an executable file")
     broker = start_single(work / "broker", heap=BROKER_HEAP)
-    proxy = start_proxy(broker.bootstrap, work / "proxy")
+    proxies = {"proxy": start_proxy(broker.bootstrap, work / "proxy")}
+    if args.baseline:
+        proxies["baseline"] = start_proxy(broker.bootstrap, work / "baseline", source=Path(args.baseline))
     tool_runs: dict[str, ToolRun] = {}
-    loads: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    loads: dict[tuple[str, int], dict[str, list[float]]] = {}
     placements = {name: placement(name == "isolated") for name in args.placements}
     try:
         print(f"Kafka {broker.version}, single node, and tiered-proxy (defaults); rdkafka_performance: "
@@ -340,61 +341,73 @@ def run(args: argparse.Namespace, work: Path) -> None:
         for count in args.topics:
             topic_sets[count] = [f"load{count}-{i}-{uuid.uuid4().hex[:4]}" for i in range(count)]
             create_topics(broker.bootstrap, topic_sets[count], 1)
+        paths = {"direct": broker.bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
         for name, where in placements.items():
-            cpus = place(where, broker, proxy)
+            cpus = place(where, broker, proxies)
             print(f"\n{name}: {where.describe()}", flush=True)
             if tool is not None:
-                tool_runs[name] = tool_run(tool, cpus, broker, proxy, args, work)
-                r = tool_runs[name]
-                print(f"  rdkafka_performance produce MB/s direct {cell(r.produce.direct)}, proxy {cell(r.produce.proxy)}; "
-                      f"consume direct {cell(r.consume.direct)}, proxy {cell(r.consume.proxy)}", flush=True)
+                tool_runs[name] = r = tool_run(tool, cpus, broker, proxies, args, work)
+                print("  rdkafka_performance MB/s: " + ", ".join(
+                      f"{kind} {path} {cell(f.by_path[path])}" for kind, f in (("produce", r.produce),
+                                                                          ("consume", r.consume)) for path in paths),
+                      flush=True)
             for count, topics in topic_sets.items():
-                for bootstrap in (broker.bootstrap, proxy.bootstrap):
+                for bootstrap in paths.values():
                     shaped_load(bootstrap, topics, args.rate, WARM_UP_SECONDS, cpus)
-                got = (shaped_load(broker.bootstrap, topics, args.rate, args.seconds, cpus),
-                       shaped_load(proxy.bootstrap, topics, args.rate, args.seconds, cpus))
-                loads[(name, count)] = got
-                print(f"  {count} topics: end-to-end p99 direct {percentiles(got[0])[1]:.1f} ms, "
-                      f"proxy {percentiles(got[1])[1]:.1f} ms", flush=True)
+                loads[(name, count)] = got = {path: shaped_load(bootstrap, topics, args.rate, args.seconds, cpus)
+                                              for path, bootstrap in paths.items()}
+                print(f"  {count} topics: end-to-end p99 ms " + ", ".join(
+                      f"{path} {percentiles(got[path])[1]:.1f}" for path in paths), flush=True)
     finally:
-        proxy.stop()
+        for proxy in proxies.values():
+            proxy.stop()
         broker.stop()
-    report(args, placements, tool_runs, loads)
+    report(args, placements, list(paths), tool_runs, loads)
 
 
-def _latency_row(label: str, direct: list[float], proxy: list[float]) -> str:
-    d, p = percentiles(direct), percentiles(proxy)
-    added = " / ".join(f"{b - a:+.2f}" for a, b in zip(d, p, strict=True))
-    return (f"| {label} | {' / '.join(f'{v:.2f}' for v in d)} | {' / '.join(f'{v:.2f}' for v in p)} | {added} |")
+def _latency_row(label: str, by_path: dict[str, list[float]], paths: list[str]) -> str:
+    direct = percentiles(by_path["direct"])
+    cells = []
+    for path in paths:
+        mine = percentiles(by_path[path])
+        cells.append(" / ".join(f"{v:.2f}" for v in mine))
+        if path != "direct":
+            cells.append(" / ".join(f"{b - a:+.2f}" for a, b in zip(direct, mine, strict=True)))
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
-def report(args: argparse.Namespace, placements: dict[str, Placement], tool_runs: dict[str, ToolRun],
-           loads: dict[tuple[str, int], tuple[list[float], list[float]]]) -> None:
-    print(f"\n{args.runs} runs each, alternating direct and proxy; medians [min-max]")
+def _latency_head(first: str, paths: list[str]) -> str:
+    heads = [first]
+    for path in paths:
+        heads += [path] if path == "direct" else [path, f"{path} added"]
+    return "| " + " | ".join(heads) + " |\n" + "|---" * len(heads) + "|"
+
+
+def report(args: argparse.Namespace, placements: dict[str, Placement], paths: list[str],
+           tool_runs: dict[str, ToolRun], loads: dict[tuple[str, int], dict[str, list[float]]]) -> None:
+    print(f"\n{args.runs} runs each, alternating {', '.join(paths)}; medians [min-max]")
+    proxies = [p for p in paths if p != "direct"]
     for name, where in placements.items():
         print(f"\n### {name}: {where.describe()}\n")
         r = tool_runs.get(name)
         if r is not None:
             print(f"rdkafka_performance, {args.records:,} records of {RECORD_BYTES} B, {PARTITIONS} partitions\n")
-            print("| measure | direct | through the proxy | ratio | proxy CPU ms per MB |")
-            print("|---|---|---|---|---|")
+            print("| measure | " + " | ".join(paths) + " | " + " | ".join(f"{p} ratio | {p} CPU ms/MB" for p in proxies)
+                  + " |")
+            print("|---" * (1 + len(paths) + 2 * len(proxies)) + "|")
             for label, f in (("produce MB/s (acks=all, linger 5 ms)", r.produce),
                              ("consume MB/s (from the beginning)", r.consume)):
-                print(f"| {label} | {cell(f.direct)} | {cell(f.proxy)} | {f.ratio()} | "
-                      f"{cell(f.proxy_cpu_ms_per_mb, '.2f')} |")
-            top = statistics.median(r.produce_rate)
-            print(f"\ndelivery latency, ms, p50 / p99 / p99.9 (direct produce: {top:,.0f} msg/s)\n")
-            print("| load | direct | through the proxy | added |")
-            print("|---|---|---|---|")
-            for load, (direct, proxied) in r.latency.items():
-                print(_latency_row(f"{load:.0%} ({int(top * load):,} msg/s)", direct, proxied))
+                print(f"| {label} | " + " | ".join(cell(f.by_path[p]) for p in paths) + " | "
+                      + " | ".join(f"{f.ratio(p)} | {cell(f.cpu_ms_per_mb.get(p, []), '.2f')}" for p in proxies) + " |")
+            print(f"\ndelivery latency, ms, p50 / p99 / p99.9 (direct produce: {r.top_rate:,.0f} msg/s)\n")
+            print(_latency_head("load", paths))
+            for load, by_path in r.latency.items():
+                print(_latency_row(f"{load:.0%} ({int(r.top_rate * load):,} msg/s)", by_path, paths))
         print(f"\nshaped load (confluent-kafka): {args.rate:,} records/s of {RECORD_BYTES} B for {args.seconds:.0f} s, "
               "end-to-end latency, ms, p50 / p99 / p99.9\n")
-        print("| topics | direct | through the proxy | added |")
-        print("|---|---|---|---|")
+        print(_latency_head("topics", paths))
         for count in args.topics:
-            direct, proxied = loads[(name, count)]
-            print(_latency_row(str(count), direct, proxied))
+            print(_latency_row(str(count), loads[(name, count)], paths))
 
 
 def main() -> None:
@@ -411,6 +424,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20, help="seconds of each shaped load (default 20)")
     parser.add_argument("--placements", type=lambda s: s.split(","), default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
+    parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout, alternating")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()
     if set(args.placements) - {"isolated", "shared"}:
