@@ -24,8 +24,10 @@ def _log(batches: int, seed: int) -> bytes:
     out, offset = [], 0
     for _ in range(batches):
         count = rng.randint(1, 5)
+        transactional = rng.random() < 0.2
         out.append(build_batch([Record(offset + i, 1_700_000_000_000, None, rng.randbytes(rng.randint(0, 300)), [])
-                                for i in range(count)], base_offset=offset))
+                                for i in range(count)], base_offset=offset, is_transactional=transactional,
+                               producer_id=7 if transactional else -1, producer_epoch=0 if transactional else -1))
         offset += count
     return b"".join(out)
 
@@ -42,7 +44,8 @@ def test_whole_batches_over_pieces_match_a_contiguous_walk(batches: int, seed: i
     data = _log(batches, seed)
     data = data[:max(len(data) - cut_tail, 0)]  # a read that ends inside a batch
     walked = list(iter_batches(data))
-    expected = (sum(len(b) for _, b in walked), walked[-1][0].last_offset if walked else -1)
+    expected = (sum(len(b) for _, b in walked), walked[-1][0].last_offset if walked else -1,
+                any(h.is_transactional for h, _ in walked))
     pieces = _pieces(data, cuts)
     assert _whole_batches(pieces) == expected
     prefix = _prefix(pieces, expected[0])
