@@ -5,7 +5,9 @@ creep back unnoticed."""
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ from protocol.record_parts import RecordParts
 from protocol.record_set import iter_batches
 from protocol.records import Record, build_batch
 from tests.unit.test_chunk_cache import _stored
-from tiering.read.chunk_cache import ChunkCache
+from tiering.read.chunk_cache import PREFETCH_NICENESS, ChunkCache
 from tiering.read.reader import _prefix, _whole_batches
 
 
@@ -78,3 +80,18 @@ def test_the_codec_splices_record_parts_by_reference() -> None:
                                                                     "records": data}]}]
     assert b"".join(pieces) == codec.encode(joined)  # the same bytes on the wire
     assert bytes(codec.decode(b"".join(pieces))["responses"][0]["partitions"][0]["records"]) == data
+
+
+def test_prefetch_threads_yield_the_cpu_to_reads_a_client_waits_for(tmp_path) -> None:
+    """The chunks fetched ahead are a guess: their threads run at a lower priority than the reads
+    clients wait for (issue 36: a fresh proxy's first answer waited on eight prefetches)."""
+    storage, _, _ = _stored(tmp_path, 10_000)
+    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+    try:
+        threads = [t for t in threading.enumerate() if t.name.startswith("chunk-prefetch")]
+        assert len(threads) >= 2
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        for thread in threads:
+            assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == max(mine, PREFETCH_NICENESS)
+    finally:
+        cache.close()

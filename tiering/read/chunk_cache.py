@@ -21,6 +21,7 @@ moment (at most one per reader thread plus one per prefetch thread).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -64,8 +65,8 @@ class ChunkCache:
         self._loading: dict[ChunkKey, Future[bytes]] = {}
         self._queued: set[ChunkKey] = set()  # prefetches submitted, not started
         self._lock = threading.Lock()
-        self._prefetcher = ThreadPoolExecutor(prefetch_threads, thread_name_prefix="chunk-prefetch") \
-            if prefetch_threads > 0 else None
+        self._prefetcher = ThreadPoolExecutor(prefetch_threads, thread_name_prefix="chunk-prefetch",
+                                              initializer=_yield_to_readers) if prefetch_threads > 0 else None
         self.hits = self.misses = self.prefetches = 0
         if self._prefetcher is not None:
             # Every thread started now: started by a first read's prefetches they took 20 ms of its
@@ -200,6 +201,18 @@ class ChunkCache:
             self._chunk(segment, index, prefetched=True)
         except Exception:  # noqa: BLE001 - a failed prefetch is retried by the read that needs it
             pass
+
+
+# Nice value of the prefetch threads: what they fetch is a guess, and the reads a client waits for
+# come first. Without it, on a proxy with one CPU, a fresh proxy's first answer of three partitions
+# took 12-19 ms of reads, eight prefetches of the first two reads' next chunks running beside them.
+PREFETCH_NICENESS = 10
+
+
+def _yield_to_readers() -> None:
+    """Runs once in each prefetch thread: Linux schedules a thread's own priority (by its id)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREFETCH_NICENESS)
 
 
 def _wait_quietly(barrier: threading.Barrier) -> None:
