@@ -164,17 +164,22 @@ def _fetch_body(topic: str) -> dict:
                 "log_start_offset": -1, "partition_max_bytes": 16 << 20}]}]}
 
 
+def _three_megabytes(bootstrap: str, topic: str) -> None:
+    """A new 1-partition topic of 3,000 records of 1,000 bytes, record i's value starting with i."""
+    create_topic(bootstrap, topic, 1)
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
+    for i in range(3000):
+        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
+    producer.deliver_all(30)
+
+
 def test_large_answers_are_relayed_as_they_arrive(upstream, unique_name, tmp_path):
     """A multi-MiB Fetch answer no filter needs goes through the proxy as it arrives, never held
     whole: through a 64 KiB response buffer, pipelined with small requests on one connection, in
     order and byte for byte what the broker answers directly."""
 
     topic = unique_name
-    create_topic(upstream.bootstrap, topic, 1)
-    producer = CheckedProducer({"bootstrap.servers": upstream.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
-    for i in range(3000):
-        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
-    producer.deliver_all(30)
+    _three_megabytes(upstream.bootstrap, topic)
     metrics_port = free_port()
     proxy = start_proxy(upstream.bootstrap, tmp_path / "proxy", "--set", "proxy.response.buffer.max.bytes=65536",
                         "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
@@ -215,11 +220,7 @@ def test_librdkafka_fetch_answers_are_relayed_as_they_arrive(kafka, unique_name,
     arrives rather than held whole to be checked (issue 36: held, they halved librdkafka's load
     tool). Counted, not timed: every large Fetch answer the consumer got was relayed."""
     topic = unique_name
-    create_topic(kafka.bootstrap, topic, 1)
-    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 20, "batch.size": 256 * 1024})
-    for i in range(3000):
-        producer.produce(topic, key=str(i).encode(), value=i.to_bytes(4, "big") * 250, partition=0)
-    producer.deliver_all(30)
+    _three_megabytes(kafka.bootstrap, topic)
     metrics_port = free_port()
     proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}")
     try:
