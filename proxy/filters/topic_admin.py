@@ -78,6 +78,7 @@ TOPIC_RESOURCE = 2
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 # Configs a tiering validation needs from the broker's side of the topic.
 _RELATED = ("cleanup.policy", "retention.ms", "retention.bytes")
+_MIN_ID_WAIT_S, _MAX_ID_WAIT_S = 5.0, 60.0  # bounds of the wait for a new topic's id
 
 
 def _now_ms() -> int:
@@ -147,6 +148,9 @@ class TopicAdmin(Filter):
         order = [t["name"] for t in request["topics"]]
         request["topics"] = [t for t in request["topics"] if t["name"] not in refused]
         validate_only = bool(request.get("validate_only"))
+        # As long as the client waits, the proxy may wait for a new topic's id: Kafka 4.4 listed one
+        # of 5,000 partitions after more than 5 s (without its id: "another incarnation", not tiered).
+        id_wait_s = min(max(request.get("timeout_ms", 0) / 1000, _MIN_ID_WAIT_S), _MAX_ID_WAIT_S)
 
         def refusal(name: str) -> dict[str, Any]:
             code, message = refused[name]
@@ -165,7 +169,7 @@ class TopicAdmin(Filter):
                 if not validate_only:
                     broker_id = uuid.UUID(bytes=bytes(result.get("topic_id") or bytes(16)))
                     if broker_id.int == 0:  # CreateTopics before v7 carries no id; the broker may have one
-                        broker_id = await self._broker_topic_id(name)
+                        broker_id = await self._broker_topic_id(name, id_wait_s)
                     await self._store(lambda n=name, i=broker_id: self._created(n, i, ours[n]))
                 if result.get("configs") is not None:
                     result["configs"] = [c for c in result["configs"] if c["name"] not in TIERING_KEYS] + [
@@ -179,7 +183,7 @@ class TopicAdmin(Filter):
         ctx.on_response(rewrite)
         return None
 
-    async def _broker_topic_id(self, name: str, wait_s: float = 5.0) -> uuid.UUID:
+    async def _broker_topic_id(self, name: str, wait_s: float) -> uuid.UUID:
         """The new topic's id from Metadata. A broker learns a new topic from the controller a little
         after CreateTopics is answered, so the broker asked may not list it yet (on a three-broker Kafka
         4.4 every topic librdkafka created was missing at first, and was recorded with a zero id, which
