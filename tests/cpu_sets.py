@@ -11,6 +11,7 @@ its threads and child processes, to the proxy's CPUs; threads it starts later in
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,14 @@ def placement(isolate: bool) -> Placement:
         return Placement()
     half = len(cpus) // 2
     return Placement(frozenset(cpus[:half]), frozenset(cpus[half:]))
+
+
+def placement_names(text: str) -> list[str]:
+    """A benchmark's ``--placements``: "isolated", "shared" or both, comma-separated."""
+    names = text.split(",")
+    if not names or set(names) - {"isolated", "shared"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: isolated, shared or both (isolated,shared)")
+    return names
 
 
 def pin_self(where: Placement) -> None:

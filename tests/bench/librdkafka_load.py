@@ -50,8 +50,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.bench.wire_speed import cell
 from tests.bench.workers import proxy_cpu_seconds
-from tests.cpu_sets import Placement, pin_tree, placement
+from tests.cpu_sets import Placement, pin_tree, placement, placement_names
 from tests.kafka_cluster import KafkaCluster, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 
@@ -78,12 +79,6 @@ class Figures:
     def ratio(self, path: str) -> str:
         mine, direct = self.by_path.get(path), self.by_path.get("direct")
         return f"{statistics.median(mine) / statistics.median(direct):.2f}x" if mine and direct else "-"
-
-
-def cell(values: list[float], spec: str = ".0f") -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):{spec}} [{min(values):{spec}}-{max(values):{spec}}]"
 
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:
@@ -422,13 +417,11 @@ def main() -> None:
                         help="topic counts of the shaped load (default 10,100)")
     parser.add_argument("--rate", type=int, default=5000, help="records/s of the shaped load (default 5000)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds of each shaped load (default 20)")
-    parser.add_argument("--placements", type=lambda s: s.split(","), default=["isolated", "shared"],
+    parser.add_argument("--placements", type=placement_names, default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
     parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout, alternating")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()
-    if set(args.placements) - {"isolated", "shared"}:
-        parser.error("--placements takes isolated and/or shared")
     run_in_work_dir("bench-librdkafka-load-", args.keep_work_dir, lambda work: run(args, work))
 
 

@@ -39,22 +39,20 @@ from pathlib import Path
 from protocol.apis import FETCH, api
 from protocol.headers import RequestHeader, encode_request_header
 from tests.bench import kafka_native as native
+from tests.bench.backfill import raw_fetch_body
+from tests.bench.librdkafka_load import percentiles
 from tests.bench.process_hygiene import run_in_work_dir
-from tests.cpu_sets import pin_tree, placement
+from tests.cpu_sets import pin_tree, placement, placement_names
 from tests.kafka_cluster import start_single
 from tests.proxy_process import free_port, start_proxy
 
 VERSION = 12
-PARTITION_BYTES = 1 << 20
 
 
 def fetch_request(topic: str, offsets: list[int], correlation_id: int) -> bytes:
+    """A Fetch v12 of every partition from ``offsets``, librdkafka's sizes, answered at once."""
     spec = api(FETCH)
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 64 << 20, "isolation_level": 0,
-            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": p, "fetch_offset": o, "current_leader_epoch": -1, "last_fetched_epoch": -1,
-                 "log_start_offset": -1, "partition_max_bytes": PARTITION_BYTES} for p, o in enumerate(offsets)]}]}
+    body = {**raw_fetch_body(topic, offsets, [o + 1 for o in offsets]), "max_wait_ms": 0, "min_bytes": 0}
     frame = encode_request_header(RequestHeader(FETCH, VERSION, correlation_id, "relay-floor"),
                                   spec.request_header_version(VERSION)) + spec.request_codec(VERSION).encode(body)
     return struct.pack(">i", len(frame)) + frame
@@ -92,7 +90,7 @@ def round_trips(address: str, request: bytes, count: int) -> tuple[list[float], 
 
 
 def p99(values: list[float]) -> float:
-    return sorted(values)[int(len(values) * 0.99)]
+    return percentiles(values)[1]
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
@@ -162,7 +160,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000, help="empty Fetches per path (default 3000)")
     parser.add_argument("--big-requests", type=int, default=300, help="3 MiB Fetches per path (default 300)")
     parser.add_argument("--mb", type=int, default=30, help="MB of records in the topic (default 30)")
-    parser.add_argument("--placements", type=lambda s: s.split(","), default=["isolated", "shared"],
+    parser.add_argument("--placements", type=placement_names, default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()

@@ -34,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.bench import kafka_native as native
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.bench.wire_speed import cell
 from tests.cpu_sets import pin_self, placement
 from tests.kafka_cluster import start_single
 from tests.proxy_process import start_proxy
@@ -118,10 +119,6 @@ def wait_tiered(bootstrap: str, topic: str, partitions: int, last: int, timeout:
         time.sleep(5)
 
 
-def cell(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
-
-
 def run(args: argparse.Namespace, work: Path) -> None:
     where = placement(not args.shared)
     pin_self(where)  # the broker and the consumers inherit it
@@ -163,8 +160,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
           f"{where.describe()}\n")
     print("| read | seconds | speed vs local |")
     print("|---|---|---|")
-    print(f"| broker's local log, directly | {cell(local)} | 1.00x |")
-    print(f"| remote tier, through a fresh proxy | {cell(remote)} | "
+    print(f"| broker's local log, directly | {cell(local, '.1f')} | 1.00x |")
+    print(f"| remote tier, through a fresh proxy | {cell(remote, '.1f')} | "
           f"{statistics.median(local) / statistics.median(remote):.2f}x |")
 
 
