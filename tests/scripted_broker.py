@@ -17,9 +17,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from protocol.apis import API_VERSIONS, METADATA, api
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+from protocol.apis import API_VERSIONS, METADATA, all_apis, api
 from protocol.headers import decode_request_header, encode_response_header, peek_request
 
+# Kafka 4.2's version ranges as kafka-python records them, for the APIs we have schemas of.
+KAFKA_4_2 = {key: versions for key, versions in BROKER_API_VERSIONS[(4, 2)].items() if key in all_apis()}
 # (api version, decoded request body) -> response body
 AnswerFunction = Callable[[int, dict[str, Any]], dict[str, Any]]
 

@@ -19,9 +19,8 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer
-from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 
-from protocol.apis import API_VERSIONS, FETCH, SHARE_ACKNOWLEDGE, SHARE_FETCH, all_apis, api
+from protocol.apis import API_VERSIONS, FETCH, SHARE_ACKNOWLEDGE, SHARE_FETCH, api
 from protocol.errors import ErrorCode
 from protocol.headers import decode_request_header
 from protocol.records import Record, build_batch
@@ -30,11 +29,10 @@ from proxy.filters.topic_admin import TopicAdmin
 from tests.api_matrix import offered_with_tiering
 from tests.proxy_process import start_proxy
 from tests.raw import RawClient
-from tests.scripted_broker import ScriptedBroker
+from tests.scripted_broker import KAFKA_4_2, ScriptedBroker
 
 CONSUMER_GROUP_HEARTBEAT = 68
 SHARE_GROUP_HEARTBEAT = 76
-KAFKA_4_2 = {key: versions for key, versions in BROKER_API_VERSIONS[(4, 2)].items() if key in all_apis()}
 TOPIC_ID = uuid.UUID("6d8c4d1f-3a52-4a8e-9b0e-1f1f2a2b3c4d").bytes
 RECORDS = build_batch([Record(40 + i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, []) for i in range(5)],
                       base_offset=40, partition_leader_epoch=3)

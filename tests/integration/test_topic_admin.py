@@ -5,14 +5,18 @@ metadata journal and storage folder) and in what consumers read through the prox
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from protocol.apis import CREATE_TOPICS, METADATA
 from protocol.errors import ErrorCode
 from tests.admin_clients import ADMIN_CLIENTS, Admin, AdminError
 from tests.clients import consume_records
 from tests.proxy_process import ProxyProcess, start_proxy
+from tests.raw import RawClient
+from tests.scripted_broker import KAFKA_4_2, ScriptedBroker
 from tests.tiering_checks import message_number, produce_numbered, wait_until
 from tiering.broker_client import EARLIEST, BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
@@ -461,3 +465,48 @@ def test_describe_configs_of_named_keys(proxy, upstream, unique_name):
     assert set(SHOWN_KEYS) <= set(names) and len(names) == len(set(names))
     assert "segment.bytes" in names
     assert missing["configs"] == []  # Kafka and noida-db: UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_a_new_topic_waits_for_its_id_as_long_as_the_client_waits(tmp_path):
+    """Kafka 4.4 listed a new topic of 5,000 partitions more than 5 s after CreateTopics answered.
+    A broker scripted to list its new topic 7 s late: a CreateTopics (v5, which carries no id)
+    that gives the broker 30 s gets the topic recorded under the broker's id, not a zero id (which
+    the copier would take for another incarnation, and never tier)."""
+    topic, topic_id, late_s = "late-listed", uuid.UUID("0b7a6c1e-2f4d-4e8a-9c3b-5d6e7f8091a2"), 7.0
+    first_asked: list[float] = []
+
+    def metadata(version: int, request: dict) -> dict:
+        named = [t["name"] for t in request["topics"] or []]
+        if topic in named and not first_asked:
+            first_asked.append(time.monotonic())
+        listed = bool(first_asked) and time.monotonic() - first_asked[0] >= late_s
+        topics = [{"error_code": 0, "name": topic, "topic_id": topic_id.bytes, "is_internal": False,
+                   "partitions": [{"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
+                                   "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": []}]}] if listed else \
+                 [{"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": topic, "topic_id": bytes(16),
+                   "is_internal": False, "partitions": []}] if topic in named else []
+        return {"throttle_time_ms": 0, "cluster_id": "scripted", "controller_id": 1, "topics": topics,
+                "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": broker.port, "rack": None}]}
+
+    def create_topics(version: int, request: dict) -> dict:
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "error_code": 0, "error_message": None, "num_partitions": 1, "replication_factor": 1,
+             "configs": []} for t in request["topics"]]}
+
+    broker = ScriptedBroker(KAFKA_4_2, {METADATA: metadata, CREATE_TOPICS: create_topics})
+    proxy = start_proxy(broker.bootstrap, tmp_path / "proxy", "--data-dir", str(tmp_path / "data"), node_ids=[1])
+    try:
+        client = RawClient(proxy.bootstrap, timeout=40)
+        try:
+            answer = client.request(CREATE_TOPICS, 5, {"timeout_ms": 30_000, "validate_only": False, "topics": [
+                {"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                 "configs": [{"name": "remote.storage.enable", "value": "true"}]}]})
+        finally:
+            client.close()
+        assert [t["error_code"] for t in answer["topics"]] == [0]
+        state = Tier(proxy, tmp_path / "data").topic_state(topic)
+        assert state is not None and state.topic_id == topic_id, state
+        assert time.monotonic() - first_asked[0] >= late_s  # it did wait past the old 5 s
+    finally:
+        proxy.stop()
+        broker.close()
