@@ -54,6 +54,7 @@ from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
+from tiering.read.chunk_cache import PREFETCH_MAX_CHUNKS, PREFETCH_THREADS
 from tiering.read.reader import RemoteRead, RemoteReader, earliest_offset
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError
@@ -112,11 +113,11 @@ class TieredReads(Filter):
         self.tiering = tiering
         self.reader = RemoteReader(tiering.metadata, tiering.storage,
                                    _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
-                                   chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 128 << 20),
+                                   chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 120 << 20),
                                    chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
-                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", 8),
+                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", PREFETCH_THREADS),
                                    local_aborted=tiering.manager.questions.aborted_transactions_at,
-                                   prefetch_max_chunks=_int(props, "remote.log.chunk.prefetch.max.chunks", 8))
+                                   prefetch_max_chunks=_int(props, "remote.log.chunk.prefetch.max.chunks", PREFETCH_MAX_CHUNKS))
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
         # place in the cache, so they are bounded apart from it.

@@ -43,7 +43,7 @@ Fetch in flight, librdkafka's default sizes, no record decoded. The consumer's p
 bounds its figure on these 2 cores; the raw loop's shows what the proxy itself adds to serving
 the Fetches. Every proxy read runs on a fresh
 proxy process: caches cold, tiering metadata loaded from its store. (Reusing one proxy across
-repeats would read the later repeats from its chunk cache, which holds 128 MiB by default: more
+repeats would read the later repeats from its chunk cache, which holds 120 MiB by default: more
 than the whole tiered topic at the default size, so that would measure the cache, not the remote
 tier.) The proxies run with ``remote.log.manager.task.interval.ms=60000``: one tiering round at
 start, which finds nothing to copy.

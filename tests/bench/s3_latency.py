@@ -2,19 +2,21 @@
 side by side in one run, on Apache Kafka 4.4 (issue 28).
 
     python -m tests.bench.s3_latency [--megabytes 150] [--latencies-ms 0,20,80] [--jitter-ms 5]
-                                     [--repeat 2] [--keep-work-dir]
+                                     [--repeat 2] [--codec lz4] [--variants proxy,...]
+                                     [--keep-work-dir]
 
 A single-node Kafka 4.4 broker (tests/kafka_cluster.py), SeaweedFS's S3 gateway
 (tests/integration/s3_server.py) and, in front of it, the relay of tests/integration/faulty_http.py
 in a process of its own, which holds each answer's first byte back by the latency (plus up to
-``--jitter-ms``, uniform). A topic of ``--megabytes`` MiB (3 partitions, 1 KB values, lz4, 2 MiB
-segments, as tests/bench/backfill.py writes it) is written and tiered through a first proxy
+``--jitter-ms``, uniform). A topic of ``--megabytes`` MiB (3 partitions, 1 KB values compressed
+by ``--codec``, 2 MiB segments, as tests/bench/backfill.py writes it) is written and tiered through a first proxy
 (metadata topic, the relay at 0 ms), whose local retention moves the broker's log start past all
 but a segment, so a read from offset 0 comes from the remote tier. Then, for each latency (the
 relay started again on the same port with it), fresh proxies serve one confluent-kafka consumer
 reading every record from offset 0, round-robin over the variants, ``--repeat`` times:
 
-- **proxy**: the defaults (a fetch-ahead window of up to 8 chunks per partition, 8 prefetch threads);
+- **proxy**: the defaults (a fetch-ahead window of up to 15 chunks per partition, an eighth of the
+  chunk cache; 16 prefetch threads);
 - **one ahead**: ``remote.log.chunk.prefetch.max.chunks=1``, ``remote.log.chunk.prefetch.threads=2``:
   the chunk after each read fetched ahead, as the proxy did before the window (the "before");
 - **sequential**: ``remote.log.chunk.prefetch.threads=0``: each chunk fetched when a read needs
@@ -62,7 +64,7 @@ from tiering.broker_client import BrokerClient
 
 TOPIC = "bench-s3-latency"
 METADATA = "topic://bench-s3-latency-metadata"
-VALUE_BYTES, SEGMENT_MB, CODEC = 1000, 2, "lz4"
+VALUE_BYTES, SEGMENT_MB = 1000, 2
 VARIANTS = {
     "proxy": (),
     "one ahead": ("--set", "remote.log.chunk.prefetch.max.chunks=1", "--set", "remote.log.chunk.prefetch.threads=2"),
@@ -120,6 +122,7 @@ def read_once(bootstrap: str, broker_group: int, work: Path, args: tuple[str, ..
 
 def run(args: argparse.Namespace, work: Path) -> None:
     latencies = [float(x) for x in args.latencies_ms.split(",")]
+    variants = {name: extra for name, extra in VARIANTS.items() if name in args.variants.split(",")}
     with contextlib.ExitStack() as stack:
         broker = start_single(work / "broker")
         stack.callback(broker.stop)
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
                   *s3_uri_args(new_bucket(relay.upstream), "bench", relay.endpoint))
         with running_proxy(broker.bootstrap, work / "tiering", (*common, *TIERING_PROPS)) as tiering:
             # Through the proxy: Kafka without its own tiered storage refuses remote.storage.enable.
-            count = produce(tiering.bootstrap, [TOPIC], args.megabytes, VALUE_BYTES, SEGMENT_MB, CODEC,
+            count = produce(tiering.bootstrap, [TOPIC], args.megabytes, VALUE_BYTES, SEGMENT_MB, args.codec,
                             tiered={TOPIC})
             assert wait_tiered(client, 600, TOPIC), "tiering did not finish"
         starts, ends = log_starts(client, 1, TOPIC), log_ends(client, 1, TOPIC)
@@ -143,20 +146,20 @@ def run(args: argparse.Namespace, work: Path) -> None:
             relay.start(latency, args.jitter_ms if latency else 0)
             for round_ in range(1, args.repeat + 1):
                 figures = []
-                for name, extra in VARIANTS.items():
+                for name, extra in variants.items():
                     reads = results.setdefault((name, latency), Reads())
                     read_once(broker.bootstrap, broker.nodes[0].pid, work / "proxy", (*common, *MEASURING_PROPS, *extra),
                               count, reads)
                     figures.append(f"{name} {reads.mb_per_s[-1]:.1f} MB/s, first {reads.first_ms[-1]:.0f} ms")
                 print(f"  +{latency:.0f} ms, round {round_}/{args.repeat}: " + "; ".join(figures), flush=True)
-        print(f"\n{args.megabytes} MiB payload ({count} records, {VALUE_BYTES} B values, {CODEC}, "
+        print(f"\n{args.megabytes} MiB payload ({count} records, {VALUE_BYTES} B values, {args.codec}, "
               f"{SEGMENT_MB} MiB segments, 3 partitions) on Kafka {broker.release.version}; "
               f"{sum(starts) / sum(ends):.0%} of the records only in the remote tier; jitter up to "
               f"{args.jitter_ms:.0f} ms; {args.repeat} reads per cell, medians [min-max]; {os.cpu_count()} cores "
               f"shared by broker, SeaweedFS, relay, proxy and consumer")
         print(f"{'variant':<12}{'latency':>9}{'MB/s':>22}{'vs 0 ms':>9}{'1st record ms':>15}"
               f"{'peak RSS MB':>13}{'GETs/GB':>9}")
-        for name in VARIANTS:
+        for name in variants:
             base = statistics.median(results[(name, latencies[0])].mb_per_s)
             for latency in latencies:
                 r = results[(name, latency)]
@@ -165,10 +168,10 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 gets = f"{statistics.median(r.gets_per_gb):.0f}" if r.gets_per_gb else "-"
                 print(f"{name:<12}{latency:>7.0f}ms{spread:>22}{mb / base:>9.2f}{statistics.median(r.first_ms):>15.0f}"
                       f"{max(r.rss_mb):>13.0f}{gets:>9}")
-        for latency in latencies:
+        for latency in latencies if "proxy" in variants and len(variants) > 1 else ():
             ours = statistics.median(results[("proxy", latency)].mb_per_s)
             others = ", ".join(f"{ours / statistics.median(results[(name, latency)].mb_per_s):.2f}x {name}"
-                               for name in VARIANTS if name != "proxy")
+                               for name in variants if name != "proxy")
             print(f"+{latency:.0f} ms: proxy {others}")
 
 
@@ -178,8 +181,13 @@ def main() -> None:
     parser.add_argument("--latencies-ms", default="0,20,80", help="first-byte latencies, comma-separated")
     parser.add_argument("--jitter-ms", type=float, default=5, help="up to this much more per request")
     parser.add_argument("--repeat", type=int, default=2, help="reads per variant and latency")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which of them to run, comma-separated")
+    parser.add_argument("--codec", default="lz4", help="the producer's compression.codec (none, lz4, zstd, ...)")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the /tmp folder (proxy logs)")
     args = parser.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
     run_in_work_dir("bench-s3-latency-", args.keep_work_dir, lambda work: run(args, work))
 
 

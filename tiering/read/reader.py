@@ -31,7 +31,7 @@ from protocol.remote_formats.time_index import lookup_offset_for_timestamp
 from protocol.remote_formats.transaction_index import AbortedTxn, aborted_in_range, decode_transaction_index
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-from tiering.read.chunk_cache import ChunkCache
+from tiering.read.chunk_cache import PREFETCH_MAX_CHUNKS, PREFETCH_THREADS, ChunkCache
 from tiering.read.index_cache import IndexCache
 from tiering.storage.api import RemoteStorageManager
 
@@ -73,8 +73,8 @@ def earliest_offset(remote_start: int | None, broker_start: int | None) -> int |
 class RemoteReader:
     def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager,
                  index_cache_bytes: int = 1 << 30, chunk_cache_bytes: int = 0, chunk_bytes: int = 1 << 20,
-                 prefetch_threads: int = 8, local_aborted: LocalAborted | None = None,
-                 prefetch_max_chunks: int = 8) -> None:
+                 prefetch_threads: int = PREFETCH_THREADS, local_aborted: LocalAborted | None = None,
+                 prefetch_max_chunks: int = PREFETCH_MAX_CHUNKS) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
         self.local_aborted = local_aborted
