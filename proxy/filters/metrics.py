@@ -133,6 +133,10 @@ class ProxyCollector(Collector):
             lag_segments.add_metric([topic], lag_s)
             size.add_metric([topic], size_b)
         yield from (lag_bytes, lag_segments, size)
+        yield CounterMetricFamily("tiered_proxy_tiering_rounds", "Rounds of the remote log manager finished",
+                                  value=tiering.manager.rounds)
+        yield GaugeMetricFamily("tiered_proxy_tiering_round_seconds", "Seconds the last finished round took",
+                                value=tiering.manager.last_round_s)
         if reads is not None:
             queued, busy, threads = reads.pool_state()
             yield GaugeMetricFamily("kafka_log_remote_remotestoragethreadpool_remotelogreadertaskqueuesize",

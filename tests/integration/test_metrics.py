@@ -51,6 +51,9 @@ def test_metrics_follow_remote_reads_and_copies(history):
     assert grew("tiered_proxy_bytes_out_total", ()) > 0 and grew("tiered_proxy_bytes_in_total", ()) > 0
     assert after[("tiered_proxy_data_loss_gaps_total", ())] == 0
     assert after[("tiered_proxy_local_log_start_moves_total", ())] > 0
+    assert after[("tiered_proxy_tiering_rounds_total", ())] >= 1  # the history was tiered in rounds
+    assert 0 < after[("tiered_proxy_tiering_round_seconds", ())] < 600
+    assert "first tiering round done: " in history.proxy.log_text()
     # The remote tier's requests: each of the topic's objects was a PUT (the proxy may have tiered
     # other tests' topics too: at least), and the reads above were GETs. Exact counts: test_storage_s3.
     tier = f"file://{(history.data_dir / 'remote').resolve()}"

@@ -65,7 +65,7 @@ class RemoteLogManager:
         self.metrics = TieringMetrics()
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
-        self.rounds = 0
+        self.rounds, self.last_round_s = 0, 0.0  # rounds finished; seconds the last one took
         self._local = threading.local()
         self._clients: list[BrokerClient] = []
         self._clients_lock = threading.Lock()
@@ -150,6 +150,7 @@ class RemoteLogManager:
             self._stop_copiers(released)
 
     def _run_round(self) -> None:
+        started = time.monotonic()
         self._lifecycle_tasks = []
         self._refresh()
         due = [c for c in self.copiers.values() if c.due()]
@@ -161,7 +162,9 @@ class RemoteLogManager:
         for f in futures:
             if f.exception() is not None:
                 log.error("tiering task crashed: %r", f.exception(), exc_info=f.exception())
-        self.rounds += 1
+        self.rounds, self.last_round_s = self.rounds + 1, time.monotonic() - started
+        if self.rounds == 1:  # a start's round checks every partition's lineage: long on a wide cluster
+            log.info("first tiering round done: %d partitions in %.1f s", len(due), self.last_round_s)
 
     def _client(self) -> BrokerClient:
         """The copier thread's own client."""
