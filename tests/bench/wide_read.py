@@ -1,7 +1,8 @@
 """Many small partitions read from the remote tier against the same read from the broker's local log
 (issue 36, item 5).
 
-    python -m tests.bench.wide_read [--partitions 5000] [--records 20] [--runs 3] [--shared] [--keep-work-dir]
+    python -m tests.bench.wide_read [--partitions 5000] [--records 20] [--runs 3] [--shared] [--baseline DIR]
+                                    [--keep-work-dir]
 
 One single-node Apache Kafka 4.4 broker (1 GiB heap) holds two topics of ``--partitions``
 partitions, ``--records`` records of 1 KiB in each partition:
@@ -15,7 +16,10 @@ partitions, ``--records`` records of 1 KiB in each partition:
 
 Then ``--runs`` times, alternating: one confluent-kafka consumer (read_committed, librdkafka's
 default) assigned every partition at offset 0 reads every record, directly from ``wide-local``, and
-through a fresh proxy (its copier a minute away) from ``wide-tiered``. Prints the seconds from the
+through a fresh proxy from ``wide-tiered``, once the proxy's first tiering round is done (it checks
+every partition's lineage with the brokers, which is the start's work, not the read's; its length
+is printed) and its next a minute away. ``--baseline DIR`` (``git worktree add /tmp/before
+<commit>``) reads through that checkout's proxy too, in the same runs. Prints the seconds from the
 consumer's creation to its last record, medians [min-max], and their ratio. The proxy runs on
 CPUs of its own, the broker and the consumer on the others (tests/cpu_sets.py); ``--shared`` lets
 every process run anywhere. Every wait is bounded; the broker and the proxies are stopped at the
@@ -25,6 +29,7 @@ end, also on an error or Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 from pathlib import Path
@@ -37,12 +42,13 @@ from tests.bench.process_hygiene import run_in_work_dir
 from tests.bench.wire_speed import cell
 from tests.cpu_sets import pin_self, placement
 from tests.kafka_cluster import start_single
-from tests.proxy_process import start_proxy
+from tests.proxy_process import ProxyProcess, start_proxy
 from tiering.broker_client import BrokerClient
 
 LOCAL, TIERED = "wide-local", "wide-tiered"
 RECORD_BYTES = 1024
 KEEP = {"retention.ms": "-1", "retention.bytes": "-1"}
+FIRST_ROUND = re.compile(r"first tiering round done: \d+ partitions in ([\d.]+) s")
 TIERED_CONFIG = {"remote.storage.enable": "true", "segment.ms": "2000", **KEEP}
 
 
@@ -119,6 +125,16 @@ def wait_tiered(bootstrap: str, topic: str, partitions: int, last: int, timeout:
         time.sleep(5)
 
 
+def first_round_s(proxy: ProxyProcess, timeout: float = 300) -> float:
+    """Waits for the proxy's first tiering round; the seconds it took, by the proxy's log."""
+    deadline = time.monotonic() + timeout
+    while (found := FIRST_ROUND.search(proxy.log_text())) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no first tiering round within {timeout:.0f} s: {proxy.log_path}")
+        time.sleep(0.5)
+    return float(found.group(1))
+
+
 def run(args: argparse.Namespace, work: Path) -> None:
     where = placement(not args.shared)
     pin_self(where)  # the broker and the consumers inherit it
@@ -140,17 +156,23 @@ def run(args: argparse.Namespace, work: Path) -> None:
         proxy = None
         expected = args.partitions * args.records
         local: list[float] = []
-        remote: list[float] = []
+        sources = {"proxy": None, **({"baseline": Path(args.baseline)} if args.baseline else {})}
+        remote: dict[str, list[float]] = {name: [] for name in sources}
+        rounds: dict[str, list[float]] = {name: [] for name in sources}
         for run_no in range(1, args.runs + 1):
             local.append(read_all(broker.bootstrap, LOCAL, args.partitions, expected))
-            proxy = start_proxy(broker.bootstrap, work / "reader", *data,
-                                "--set", "remote.log.manager.task.interval.ms=60000",
-                                "--set", "proxy.fetch.routing.policy=remote-preferred", timeout=120, cpus=where.proxy)
-            remote.append(read_all(proxy.bootstrap, TIERED, args.partitions, expected))
-            proxy.stop()
-            proxy = None
-            print(f"  run {run_no}: local {local[-1]:.1f} s, remote tier through the proxy {remote[-1]:.1f} s",
-                  flush=True)
+            figures = [f"local {local[-1]:.1f} s"]
+            for name, source in sources.items():
+                proxy = start_proxy(broker.bootstrap, work / "reader", *data,
+                                    "--set", "remote.log.manager.task.interval.ms=60000",
+                                    "--set", "proxy.fetch.routing.policy=remote-preferred", timeout=120,
+                                    cpus=where.proxy, source=source)
+                rounds[name].append(first_round_s(proxy))
+                remote[name].append(read_all(proxy.bootstrap, TIERED, args.partitions, expected))
+                proxy.stop()
+                proxy = None
+                figures.append(f"{name} {remote[name][-1]:.1f} s (first round {rounds[name][-1]:.1f} s)")
+            print(f"  run {run_no}: " + ", ".join(figures), flush=True)
     finally:
         if proxy is not None:
             proxy.stop()
@@ -158,11 +180,13 @@ def run(args: argparse.Namespace, work: Path) -> None:
     print(f"\n{args.partitions} partitions x {args.records} records of {RECORD_BYTES} B, one confluent-kafka consumer "
           f"assigned every partition from offset 0; {args.runs} runs, seconds, medians [min-max]; CPUs: "
           f"{where.describe()}\n")
-    print("| read | seconds | speed vs local |")
-    print("|---|---|---|")
-    print(f"| broker's local log, directly | {cell(local, '.1f')} | 1.00x |")
-    print(f"| remote tier, through a fresh proxy | {cell(remote, '.1f')} | "
-          f"{statistics.median(local) / statistics.median(remote):.2f}x |")
+    print("| read | seconds | speed vs local | the proxy's first tiering round, s |")
+    print("|---|---|---|---|")
+    print(f"| broker's local log, directly | {cell(local, '.1f')} | 1.00x | |")
+    for name, seconds in remote.items():
+        print(f"| remote tier, through a fresh {'proxy' if name == 'proxy' else 'baseline proxy'} | "
+              f"{cell(seconds, '.1f')} | {statistics.median(local) / statistics.median(seconds):.2f}x | "
+              f"{cell(rounds[name], '.1f')} |")
 
 
 def main() -> None:
@@ -173,6 +197,7 @@ def main() -> None:
     parser.add_argument("--tier-timeout", type=float, default=1200, help="seconds to wait for the tiering (default 1200)")
     parser.add_argument("--shared", action="store_true", help="let every process run on any CPU, instead of the "
                         "proxy on CPUs of its own and the broker and the consumer on the others")
+    parser.add_argument("--baseline", metavar="DIR", help="also read through the proxy of this checkout")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxies' folders")
     args = parser.parse_args()
     run_in_work_dir("bench-wide-read-", args.keep_work_dir, lambda work: run(args, work))
