@@ -41,6 +41,7 @@ remote segments' leader-epoch data answers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
 from proxy.byte_budget import ByteBudget, Holding
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
+from proxy.partition_reads import run_reads
 from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
 from tiering.read.chunk_cache import PREFETCH_MAX_CHUNKS, PREFETCH_THREADS
@@ -299,35 +301,34 @@ class TieredReads(Filter):
             holding = await self._room(sum(limits))
             ctx.held.append(holding)  # released once the client has the answer
             scale = holding.nbytes / sum(limits) if sum(limits) else 1.0
-            results: dict[int, RemoteRead | BaseException | None] = {}
 
             # Reads start no new segment after half the wait, so each answers with what it has
             # rather than run out of time over many small segments (and answer nothing, again).
             deadline = time.monotonic() + self.max_wait_s / 2
 
-            async def read_one(i: int, tp: TopicIdPartition, offset: int, limit: int) -> None:
+            def read(tp: TopicIdPartition, offset: int, limit: int) -> RemoteRead | RemoteStorageError | None:
                 try:
-                    results[i] = await trio.to_thread.run_sync(
-                        lambda: self.reader.read(tp, offset, limit, read_committed=read_committed, deadline=deadline),
-                        limiter=self.limiter, abandon_on_cancel=True)
+                    return self.reader.read(tp, offset, limit, read_committed=read_committed, deadline=deadline)
                 except RemoteStorageError as exc:
-                    results[i] = exc
+                    return exc
 
             async def ask_log_ends(tps: list[TopicIdPartition]) -> None:
-                ends = await trio.to_thread.run_sync(self.tiering.manager.questions.log_ends, tps, limiter=self.limiter,
-                                                     abandon_on_cancel=True)
-                for tp, (high_watermark, last_stable) in ends.items():
-                    self._log_ends[tp] = (time.monotonic(), high_watermark, last_stable)
+                with trio.move_on_after(self.max_wait_s):
+                    ends = await trio.to_thread.run_sync(self.tiering.manager.questions.log_ends, tps,
+                                                         limiter=self.limiter, abandon_on_cancel=True)
+                    for tp, (high_watermark, last_stable) in ends.items():
+                        self._log_ends[tp] = (time.monotonic(), high_watermark, last_stable)
 
             now = time.monotonic()
-            with trio.move_on_after(self.max_wait_s):
-                async with trio.open_nursery() as nursery:
-                    for i, (_, tp, offset, _) in enumerate(to_read):
-                        nursery.start_soon(read_one, i, tp, offset, int(limits[i] * scale))
-                    stale = [tp for tp in dict.fromkeys(tp for _, tp, _, _ in to_read)
-                             if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S]
-                    if stale:  # all in one question (one ListOffsets of each kind per leader)
-                        nursery.start_soon(ask_log_ends, stale)
+            stale = [tp for tp in dict.fromkeys(tp for _, tp, _, _ in to_read)
+                     if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S]
+            async with trio.open_nursery() as nursery:
+                if stale:  # all in one question (one ListOffsets of each kind per leader), beside the reads
+                    nursery.start_soon(ask_log_ends, stale)
+                results: dict[int, RemoteRead | BaseException | None] = await run_reads(
+                    [functools.partial(read, tp, offset, int(limits[i] * scale))
+                     for i, (_, tp, offset, _) in enumerate(to_read)],
+                    self.limiter, self.max_wait_s, spare=1 if stale else 0)
             holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True
