@@ -244,8 +244,9 @@ class PartitionCopier:
         while fetched < PASS_BYTE_BUDGET and not self.stopped and not self.interrupted:
             if not self.transactions_seeded and not self._seed_transactions(client):
                 break  # an open transaction begins at next_offset: nothing is stable to copy yet
+            # No wait at the log end: 100 ms each made a round of 5,000 idle partitions take 53 s.
             answer = client.fetch(self.leader, self.tp.topic, self.tp.partition, self.next_offset,
-                                  max_bytes=self.fetch_max_bytes, read_committed=False,
+                                  max_bytes=self.fetch_max_bytes, read_committed=False, max_wait_ms=1,
                                   current_leader_epoch=self.leader_epoch)
             if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._out_of_range(client)
