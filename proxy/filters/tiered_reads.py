@@ -129,6 +129,7 @@ class TieredReads(Filter):
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
+        self.past_max_bytes = 0  # partitions read but answered empty: the request's max_bytes was reached
         self.room_timeouts = 0  # requests that went ahead without room in the remote fetch buffer
         self.by_topic = TopicCounters()  # remote fetch requests, bytes, errors per topic
         # The brokers' high watermark and last stable offset per partition read remotely, and
@@ -166,7 +167,8 @@ class TieredReads(Filter):
         cache = (f", chunk cache hits {chunks.hits} misses {chunks.misses} (hit ratio {chunks.hit_ratio:.3f}), "
                  f"prefetched {chunks.prefetches}") if chunks is not None else ""
         return (f"remote fetches {self.remote_fetches}, remote fetch bytes {self.remote_fetch_bytes}, "
-                f"tiered storage not available {self.not_available}{cache}, remote fetch buffer peak "
+                f"tiered storage not available {self.not_available}, answered empty past max_bytes "
+                f"{self.past_max_bytes}{cache}, remote fetch buffer peak "
                 f"{self.buffer.peak} bytes, waits {self.buffer.waits}, went ahead without room {self.room_timeouts}")
 
     def close(self) -> None:
@@ -329,7 +331,9 @@ class TieredReads(Filter):
                     [functools.partial(read, tp, offset, int(limits[i] * scale))
                      for i, (_, tp, offset, _) in enumerate(to_read)],
                     self.limiter, self.max_wait_s, spare=1 if stale else 0)
-            holding.resize(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
+            # A read returns at least one batch, maybe more than its share. Past max_bytes the rest
+            # answer empty, as Kafka's do (5,000 batches of 20 KB: 104 MB for 50 MiB asked).
+            room, kept = budget - used, 0
             for i, (p, tp, offset, _) in enumerate(to_read):
                 changed = True
                 if i not in results:
@@ -344,16 +348,20 @@ class TieredReads(Filter):
                     continue
                 if result is None:
                     continue  # deleted since: the broker's OFFSET_OUT_OF_RANGE stands
-                p["error_code"] = ErrorCode.NONE
-                p["records"] = result.records
+                fits = result.size <= room or (kept == 0 and used == 0)
+                p["error_code"], p["records"] = ErrorCode.NONE, result.records if fits else b""
                 self._fill_log_ends(p, tp, version)
                 if version >= 4:
-                    p["aborted_transactions"] = [
-                        {"producer_id": pid, "first_offset": first} for pid, first in result.aborted
-                    ] if read_committed else None
+                    p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
+                                                 (result.aborted if fits else [])] if read_committed else None
+                if not fits:
+                    self.past_max_bytes += 1
+                    continue
+                room, kept = room - result.size, kept + result.size
                 self.remote_fetches += 1
                 self.remote_fetch_bytes += result.size
                 self.by_topic.add(tp.topic, requests=1, bytes=result.size)
+            holding.resize(kept)
         if changed:
             message.changed()
 

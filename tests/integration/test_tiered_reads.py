@@ -211,3 +211,35 @@ def test_oldest_versions_in_use_read_the_history_from_offset_0(history, fetch_ve
         assert len(records) > 0 and records[-1].offset < history.log_starts[partition]  # all from the remote tier
         assert [(r.offset, r.timestamp, r.key, r.value) for r in records] == [
             (w.offset, w.timestamp, w.key, w.value) for w in want[:len(records)]]
+
+
+def test_remote_reads_answer_within_the_requests_max_bytes(history):
+    """Each partition's remote read returns at least one batch; the answer as a whole keeps to the
+    request's max_bytes as Kafka's does: past it only the first batch of the first partition with
+    records, the rest answered empty and fetched again (5,000 such partitions once made a 104 MB
+    answer to a 50 MiB request, refused by librdkafka)."""
+    from protocol.apis import FETCH
+    from protocol.record_set import iter_batches
+
+    def fetch(max_bytes: int) -> list[dict]:
+        client = RawClient(history.proxy.bootstrap)
+        try:
+            answer = client.request(FETCH, 12, {
+                "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 1,
+                "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                "topics": [{"topic": history.topic, "partitions": [{
+                    "partition": p, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                    "log_start_offset": -1, "partition_max_bytes": 1 << 20} for p in range(PARTITIONS)]}]})
+        finally:
+            client.close()
+        return answer["responses"][0]["partitions"]
+
+    tiny = fetch(1)  # below any batch
+    assert [p["error_code"] for p in tiny] == [ErrorCode.NONE] * PARTITIONS
+    with_records = [p for p in tiny if p["records"]]
+    assert len(with_records) == 1  # the first batch of one partition; before: every partition's
+    assert len(list(iter_batches(with_records[0]["records"]))) == 1
+    assert all(p["high_watermark"] > 0 for p in tiny)  # the empty ones still say where the log ends
+    whole = fetch(1 << 20)
+    assert all(p["records"] for p in whole)
+    assert sum(len(p["records"]) for p in whole) <= 1 << 20
