@@ -13,7 +13,7 @@ from tiering.storage.api import StorageRequests
 def test_leader_changes_and_divergences_are_counters() -> None:
     metrics = TieringMetrics()
     metrics.add("t", leader_changes=3, divergences=2, diverged_offsets=50, data_loss_gaps=1, data_loss_offsets=5)
-    manager = SimpleNamespace(metrics=metrics, topic_sizes=dict, pool_state=lambda: (0, 1))
+    manager = SimpleNamespace(metrics=metrics, topic_sizes=dict, pool_state=lambda: (0, 1), rounds=4, last_round_s=2.5)
     tiering = SimpleNamespace(manager=manager, storage_uri="file:///remote", storage=SimpleNamespace(
         requests=StorageRequests()))
     collector = ProxyCollector(None, tiering, None)  # type: ignore[arg-type]
@@ -22,3 +22,4 @@ def test_leader_changes_and_divergences_are_counters() -> None:
     assert samples["tiered_proxy_log_divergences_total"] == 2
     assert samples["tiered_proxy_diverged_offsets_total"] == 50
     assert (samples["tiered_proxy_data_loss_gaps_total"], samples["tiered_proxy_data_loss_offsets_total"]) == (1, 5)
+    assert (samples["tiered_proxy_tiering_rounds_total"], samples["tiered_proxy_tiering_round_seconds"]) == (4, 2.5)
