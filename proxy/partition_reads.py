@@ -24,8 +24,9 @@ T = TypeVar("T")
 async def run_reads(reads: Sequence[Callable[[], T]], limiter: trio.CapacityLimiter,
                     timeout_s: float, spare: int = 0) -> dict[int, T]:
     """``reads[i]()`` for every ``i``, on at most ``limiter.total_tokens`` threads (less ``spare``
-    for work beside them, but at least one), and its result by ``i``. Reads not finished within ``timeout_s`` are missing from the result; none starts
-    after it (those running finish in their abandoned threads, and are dropped)."""
+    for work beside them, but at least one), and its result by ``i``. Reads not finished within
+    ``timeout_s`` are missing from the result; none starts after it (those running finish in
+    their abandoned threads, and are dropped)."""
     pending = deque(range(len(reads)))
     results: dict[int, T] = {}
     lock = threading.Lock()
