@@ -66,6 +66,7 @@ class RemoteLogManager:
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
         self.rounds, self.last_round_s = 0, 0.0  # rounds finished; seconds the last one took
+        self.cluster_rounds = 0  # of those, rounds that read the cluster's metadata
         self._local = threading.local()
         self._clients: list[BrokerClient] = []
         self._clients_lock = threading.Lock()
@@ -152,7 +153,7 @@ class RemoteLogManager:
     def _run_round(self) -> None:
         started = time.monotonic()
         self._lifecycle_tasks = []
-        self._refresh()
+        refreshed = self._refresh()
         due = [c for c in self.copiers.values() if c.due()]
         # Disablements and partition deletes share the pool with the copiers (never the same
         # partition: _refresh took those copiers away), so slow deletes hold up no other topic.
@@ -163,8 +164,9 @@ class RemoteLogManager:
             if f.exception() is not None:
                 log.error("tiering task crashed: %r", f.exception(), exc_info=f.exception())
         self.rounds, self.last_round_s = self.rounds + 1, time.monotonic() - started
-        if self.rounds == 1:  # a start's round checks every partition's lineage: long on a wide cluster
+        if refreshed and not self.cluster_rounds:  # it checks every partition's lineage: long on a wide cluster
             log.info("first tiering round done: %d partitions in %.1f s", len(due), self.last_round_s)
+        self.cluster_rounds += refreshed
 
     def _client(self) -> BrokerClient:
         """The copier thread's own client."""
@@ -193,14 +195,15 @@ class RemoteLogManager:
         """(copier threads busy, threads)."""
         return self._busy, self.config.thread_pool_size
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> bool:
+        """Copiers for what the cluster's metadata says now; False when it could not be read."""
         try:
             topics = self._control.metadata()
             candidates = [t for t in topics.values() if not t.internal and not t.name.startswith("__")]
             configs = self._control.topic_configs([t.name for t in candidates])
         except BrokerClientError as exc:
             log.warning("cannot read cluster metadata for tiering: %s", exc)
-            return
+            return False
         self.questions.learn_leaders(topics)
         self._notice_vanished_topics(topics)
         # Asked only where a topic sets remote.storage.enable=true at the brokers; the last answer
@@ -283,6 +286,7 @@ class RemoteLogManager:
         if new:
             self.rlmm.on_partition_leadership_changes(new, [])
             log.info("tiering %d new partition(s): %s", len(new), ", ".join(f"{tp.topic}-{tp.partition}" for tp in new))
+        return True
 
     # --- per-topic lifecycle (KIP-950, deletes) --------------------------------------------------
 
