@@ -761,6 +761,7 @@ def _base_properties(rel: KafkaRelease, replicas: int) -> dict[str, PropertyValu
 class _Listener:
     name: str
     protocol: str
+    advertised_port: int | None = None  # None: its own; else where clients are told to find it
 
 
 def _build(shape: str, tmp_dir: Path, version: str, **options: Any) -> KafkaCluster:
@@ -811,8 +812,8 @@ def _build_once(shape: str, tmp_dir: Path, version: str, *, node_roles: list[tup
             "log.dirs": str(node.data_dir),
         }
         if node.is_broker:
-            props["advertised.listeners"] = ",".join(f"{name}://{HOST}:{node.ports[name]}"
-                                                     for name in client_names)
+            props["advertised.listeners"] = ",".join(
+                f"{lst.name}://{HOST}:{lst.advertised_port or node.ports[lst.name]}" for lst in listeners)
             props["inter.broker.listener.name"] = client_names[0]
         props.update(_base_properties(rel, replicas))
         props.update(shape_properties)
@@ -871,9 +872,14 @@ def _plain() -> list[_Listener]:
 
 
 def start_single(tmp_dir: Path, version: str = DEFAULT_VERSION, properties: Properties | None = None,
-                 heap: str = DEFAULT_HEAP) -> KafkaCluster:
-    """One combined broker+controller node with a PLAINTEXT listener on a free loopback port."""
-    return _build("single", tmp_dir, version, node_roles=[(1, ("broker", "controller"))], listeners=_plain(),
+                 heap: str = DEFAULT_HEAP, relayed_port: int | None = None) -> KafkaCluster:
+    """One combined broker+controller node with a PLAINTEXT listener on a free loopback port.
+
+    ``relayed_port``: a second plaintext listener, RELAYED, that tells its clients the broker is at
+    that port, where a relay the caller starts (tests/bench/splice_relay.c) forwards to
+    ``bootstraps["RELAYED"]``: clients that bootstrap there keep talking through the relay."""
+    listeners = _plain() + ([_Listener("RELAYED", "PLAINTEXT", relayed_port)] if relayed_port else [])
+    return _build("single", tmp_dir, version, node_roles=[(1, ("broker", "controller"))], listeners=listeners,
                   replicas=1, properties=properties, shape_properties={}, scram=[], heap=heap)
 
 

@@ -3,11 +3,15 @@ through the proxy, with the proxy on CPUs of its own and shared (issue 36).
 
     python -m tests.bench.librdkafka_load [--rdkafka-performance PATH] [--records 800000] [--runs 5]
                                           [--topics 10,100] [--rate 5000] [--seconds 20]
-                                          [--placements isolated,shared] [--baseline DIR] [--keep-work-dir]
+                                          [--placements isolated,shared] [--baseline DIR] [--no-c-relay]
+                                          [--keep-work-dir]
 
 One single-node Apache Kafka 4.4 broker (tests/kafka_cluster.py) and one ``tiered-proxy serve`` in
 front of it, with default settings (``--baseline DIR``: a second, of that checkout, e.g. made with
-``git worktree add``). Every measure alternates direct and through the proxies, in each
+``git worktree add``), and, where the machine has a C compiler, the **c-relay**: the least a relay
+can do (tests/bench/splice_relay.c, splice through a pipe, a blocking thread per direction), placed
+as the proxy is. It is the floor: what the second hop alone costs on this machine, so the proxy's
+own cost is what it adds beyond the c-relay. Every measure alternates direct and through the relays, in each
 placement: **isolated**, the proxy and all its threads on the upper half of the CPUs and the broker
 and every client on the lower half (tests/cpu_sets.py; direct runs get the same CPUs for broker
 and clients), and **shared**, every process anywhere.
@@ -19,7 +23,7 @@ and clients), and **shared**, every process anywhere.
    - **consume** ``--records`` records from the beginning of every partition: MB/s;
    - **delivery latency** at 25%, 50% and 90% of the direct produce's median msg/s (``-r``, ``-l``):
      p50, p99 and p99.9 of every record's delivery, the first 5% (connecting) left out.
-   The proxy's CPU time per MB of each produce and consume through it is printed too.
+   The CPU time per MB of each relay, the proxy's and the c-relay's, is printed too.
 2. Always, an OpenMessaging-Benchmark-like load on confluent-kafka (librdkafka, in processes of
    their own): for each ``--topics`` count, that many 1-partition topics, one producer writing
    ``--rate`` 1 KiB records per second round-robin over them (acks=all, linger.ms=1) and one
@@ -49,12 +53,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.bench import c_relay
 from tests.bench.process_hygiene import run_in_work_dir
 from tests.bench.wire_speed import cell
 from tests.bench.workers import proxy_cpu_seconds
 from tests.cpu_sets import Placement, pin_tree, placement, placement_names
-from tests.kafka_cluster import KafkaCluster, start_single
+from tests.kafka_cluster import KafkaCluster, free_ports, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
+
+Relay = ProxyProcess | c_relay.CRelay  # what stands between the clients and the broker
 
 RECORD_BYTES = 1024
 PARTITIONS = 3
@@ -68,7 +75,7 @@ _STAMP = struct.Struct(">q")  # a record's send time, CLOCK_MONOTONIC ns (one cl
 
 @dataclass
 class Figures:
-    """Measures of one kind by path (direct, proxy, baseline), and the proxies' CPU per MB."""
+    """Measures of one kind by path (direct, proxy, baseline, c-relay), and the relays' CPU per MB."""
 
     by_path: dict[str, list[float]] = field(default_factory=dict)
     cpu_ms_per_mb: dict[str, list[float]] = field(default_factory=dict)
@@ -95,8 +102,8 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 # --- placement -------------------------------------------------------------------------------------
 
 
-def place(where: Placement, broker: KafkaCluster, proxies: dict[str, ProxyProcess]) -> frozenset[int]:
-    """Moves the broker and the proxies (every thread) where ``where`` says; the CPUs for clients."""
+def place(where: Placement, broker: KafkaCluster, proxies: dict[str, Relay]) -> frozenset[int]:
+    """Moves the broker and the relays (every thread) where ``where`` says; the CPUs for clients."""
     everywhere = frozenset(os.sched_getaffinity(0))
     clients = where.others or everywhere
     assert broker.pid is not None
@@ -165,16 +172,20 @@ class ToolRun:
         return statistics.median(self.produce.by_path["direct msg/s"])
 
 
-def measured(proxy: ProxyProcess | None, figures: Figures, path: str, megabytes: float,
+def cpu_seconds(relay: Relay) -> float:
+    return relay.cpu_seconds() if isinstance(relay, c_relay.CRelay) else proxy_cpu_seconds(relay)
+
+
+def measured(relay: Relay | None, figures: Figures, path: str, megabytes: float,
              measure: Callable[[], float]) -> None:
-    """``measure()`` added to ``figures``, with the proxy's CPU time per MB when there is one."""
-    before = proxy_cpu_seconds(proxy) if proxy else 0.0
+    """``measure()`` added to ``figures``, with the relay's CPU time per MB when there is one."""
+    before = cpu_seconds(relay) if relay else 0.0
     figures.add(path, measure())
-    if proxy is not None:
-        figures.cpu_ms_per_mb.setdefault(path, []).append((proxy_cpu_seconds(proxy) - before) * 1000 / megabytes)
+    if relay is not None:
+        figures.cpu_ms_per_mb.setdefault(path, []).append((cpu_seconds(relay) - before) * 1000 / megabytes)
 
 
-def tool_run(tool: Path, cpus: frozenset[int], broker: KafkaCluster, proxies: dict[str, ProxyProcess],
+def tool_run(tool: Path, cpus: frozenset[int], broker: KafkaCluster, proxies: dict[str, Relay],
              args: argparse.Namespace, work: Path) -> ToolRun:
     topic = f"perf-{uuid.uuid4().hex[:6]}"
     create_topics(broker.bootstrap, [topic], PARTITIONS)
@@ -322,10 +333,14 @@ def run(args: argparse.Namespace, work: Path) -> None:
     tool = Path(args.rdkafka_performance) if args.rdkafka_performance else None
     if tool is not None and not os.access(tool, os.X_OK):
         raise SystemExit(f"--rdkafka-performance {tool}: not an executable file")
-    broker = start_single(work / "broker", heap=BROKER_HEAP)
-    proxies = {"proxy": start_proxy(broker.bootstrap, work / "proxy")}
+    relay = c_relay.build(work) if args.c_relay else None
+    relay_port = free_ports(1)[0] if relay else None
+    broker = start_single(work / "broker", heap=BROKER_HEAP, relayed_port=relay_port)
+    proxies: dict[str, Relay] = {"proxy": start_proxy(broker.bootstrap, work / "proxy")}
     if args.baseline:
         proxies["baseline"] = start_proxy(broker.bootstrap, work / "baseline", source=Path(args.baseline))
+    if relay is not None and relay_port is not None:
+        proxies["c-relay"] = c_relay.start(relay, relay_port, broker.bootstraps["RELAYED"])
     tool_runs: dict[str, ToolRun] = {}
     loads: dict[tuple[str, int], dict[str, list[float]]] = {}
     placements = {name: placement(name == "isolated") for name in args.placements}
@@ -339,7 +354,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         paths = {"direct": broker.bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
         for name, where in placements.items():
             cpus = place(where, broker, proxies)
-            print(f"\n{name}: {where.describe()}", flush=True)
+            print(f"\n{where.describe()}", flush=True)
             if tool is not None:
                 tool_runs[name] = r = tool_run(tool, cpus, broker, proxies, args, work)
                 print("  rdkafka_performance MB/s: " + ", ".join(
@@ -383,7 +398,7 @@ def report(args: argparse.Namespace, placements: dict[str, Placement], paths: li
     print(f"\n{args.runs} runs each, alternating {', '.join(paths)}; medians [min-max]")
     proxies = [p for p in paths if p != "direct"]
     for name, where in placements.items():
-        print(f"\n### {name}: {where.describe()}\n")
+        print(f"\n### {where.describe()}\n")
         r = tool_runs.get(name)
         if r is not None:
             print(f"rdkafka_performance, {args.records:,} records of {RECORD_BYTES} B, {PARTITIONS} partitions\n")
@@ -420,6 +435,8 @@ def main() -> None:
     parser.add_argument("--placements", type=placement_names, default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
     parser.add_argument("--baseline", metavar="DIR", help="also run the proxy of this checkout, alternating")
+    parser.add_argument("--no-c-relay", dest="c_relay", action="store_false",
+                        help="leave out the C relay (tests/bench/splice_relay.c), the floor beside the proxy")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()
     run_in_work_dir("bench-librdkafka-load-", args.keep_work_dir, lambda work: run(args, work))

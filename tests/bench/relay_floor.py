@@ -2,7 +2,8 @@
 side with socat, a C relay, and with the broker asked directly (issue 36).
 
     python -m tests.bench.relay_floor [--requests 3000] [--big-requests 300] [--mb 30]
-                                      [--placements isolated,shared] [--keep-work-dir]
+                                      [--placements isolated,shared] [--no-c-relay]
+                                      [--keep-work-dir]
 
 One single-node Apache Kafka 4.4 broker holds ``--mb`` MB of 1 KiB records in 3 partitions. One
 client on one connection sends one request at a time, in two shapes:
@@ -12,8 +13,10 @@ client on one connection sends one request at a time, in two shapes:
 - **3 MiB**: Fetch v12 of all 3 partitions from offset 0, 1 MiB each (librdkafka's default
   ``max.partition.fetch.bytes``): time to the answer's first byte and to its last.
 
-through three paths: **direct**; **socat** (``socat TCP-LISTEN,fork,nodelay TCP,nodelay``, from
+through four paths: **direct**; **socat** (``socat TCP-LISTEN,fork,nodelay TCP,nodelay``, from
 Debian's package; left out when not installed), a C relay with one read and one write per piece;
+**c-relay** (tests/bench/splice_relay.c, built with the machine's C compiler: splice through a
+pipe, a blocking thread per direction, the least a relay can do; ``--no-c-relay`` leaves it out);
 and **proxy**, ``tiered-proxy serve`` with defaults. Relays on a partition's leader port need no
 address rewriting, so socat carries these requests as the proxy does. Placements as in
 tests/cpu_sets.py: **isolated**, the relays on the upper half of the CPUs and the broker and the
@@ -21,7 +24,7 @@ client on the lower; **shared**, anywhere. Medians and p99 in µs; "added" is ov
 
 Why: isolated, every hop through a relay is a wake-up of a process on another CPU. On a virtual
 machine that is the cost socat shows, the floor under any relay in that placement, and the proxy's
-own cost is what it adds beyond socat.
+own cost is what it adds beyond the C relays.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from protocol.apis import FETCH, api
 from protocol.headers import RequestHeader, encode_request_header
+from tests.bench import c_relay
 from tests.bench import kafka_native as native
 from tests.bench.backfill import raw_fetch_body
 from tests.bench.librdkafka_load import percentiles
@@ -113,6 +117,12 @@ def run(args: argparse.Namespace, work: Path) -> None:
                                                 f"TCP:{broker.bootstrap},nodelay"])
             time.sleep(0.5)
             paths["socat"] = f"127.0.0.1:{port}"
+        executable = c_relay.build(work) if args.c_relay else None
+        if executable is not None:
+            splice = c_relay.start(executable, free_port(), broker.bootstrap)
+            relays["c-relay"] = splice.process
+            time.sleep(0.5)
+            paths["c-relay"] = splice.bootstrap
         paths["proxy"] = f"127.0.0.1:{leader_port}"
         shapes = {"empty": (fetch_request(topic, [ends[0]], 1), args.requests),
                   "3 MiB": (fetch_request(topic, [0] * native.PARTITIONS, 2), args.big_requests)}
@@ -125,7 +135,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             pin_tree(broker.pid, where.others or everywhere)
             for relay in [proxy.process.pid, *(p.pid for p in relays.values())]:
                 pin_tree(relay, where.proxy or everywhere)
-            print(f"{name}: {where.describe()}", flush=True)
+            print(where.describe(), flush=True)
             for shape, (request, count) in shapes.items():
                 for path, address in paths.items():
                     results[(name, shape, path)] = round_trips(address, request, count)
@@ -162,6 +172,8 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=30, help="MB of records in the topic (default 30)")
     parser.add_argument("--placements", type=placement_names, default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
+    parser.add_argument("--no-c-relay", dest="c_relay", action="store_false",
+                        help="leave out the C relay (tests/bench/splice_relay.c)")
     parser.add_argument("--keep-work-dir", action="store_true", help="keep the broker's and proxy's folders")
     args = parser.parse_args()
     run_in_work_dir("bench-relay-floor-", args.keep_work_dir, lambda work: run(args, work))

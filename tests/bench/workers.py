@@ -92,14 +92,16 @@ CLIENTS = {"confluent": consume, "raw": read_raw}
 def proxy_cpu_seconds(proxy: ProxyProcess) -> float:
     """User + system CPU of the proxy's processes (the supervisor and its workers, if any)."""
     pids = {proxy.process.pid, *(int(p) for p in re.findall(r"started \(pid (\d+)\)", proxy.log_text()))}
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(process_cpu_seconds(pid) for pid in pids)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process, all its threads; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(bootstrap: str, topic: str, count: int, consumers: int, client: str) -> tuple[float, int]:
