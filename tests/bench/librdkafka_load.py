@@ -2,7 +2,7 @@
 through the proxy, with the proxy on CPUs of its own and shared (issue 36).
 
     python -m tests.bench.librdkafka_load [--rdkafka-performance PATH] [--records 800000] [--runs 5]
-                                          [--topics 10,100] [--rate 5000] [--seconds 20]
+                                          [--topics 10,100] [--rate 2000] [--seconds 20]
                                           [--placements isolated,shared] [--baseline DIR] [--no-c-relay]
                                           [--keep-work-dir]
 
@@ -430,7 +430,9 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=int, default=5, help="seconds of each delivery-latency run (default 5)")
     parser.add_argument("--topics", type=lambda s: [int(n) for n in s.split(",")], default=[10, 100],
                         help="topic counts of the shaped load (default 10,100)")
-    parser.add_argument("--rate", type=int, default=5000, help="records/s of the shaped load (default 5000)")
+    # 5,000/s of Python clients filled the one CPU they share with the broker when isolated (a
+    # direct p50 of 383 ms): the load measured the clients, not the path.
+    parser.add_argument("--rate", type=int, default=2000, help="records/s of the shaped load (default 2000)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds of each shaped load (default 20)")
     parser.add_argument("--placements", type=placement_names, default=["isolated", "shared"],
                         help="isolated, shared or both (default isolated,shared)")
