@@ -227,7 +227,10 @@ class BrokerClient:
         self._connections: dict[tuple[str, int], _Connection] = {}
 
     def close(self) -> None:
-        for conn in self._connections.values():
+        """Closes the connections. Stopping threads call it on clients another thread may be
+        using (BrokerQuestions' warm-up): a copy of the list, as that thread may add one meanwhile
+        (a proxy stopping during its first round said "dictionary changed size during iteration")."""
+        for conn in list(self._connections.values()):
             conn.close()
         self._connections.clear()
 

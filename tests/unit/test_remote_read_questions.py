@@ -14,6 +14,8 @@ import pytest
 
 from protocol.apis import API_VERSIONS, LIST_OFFSETS, METADATA
 from tests.scripted_broker import ScriptedBroker
+from tiering import broker_client
+from tiering.broker_client import BrokerClient
 from tiering.client_security import ClientSecurity
 from tiering.model import TopicIdPartition
 from tiering.read.broker_questions import BrokerQuestions
@@ -80,3 +82,25 @@ def test_a_fetchs_log_ends_are_one_question_of_each_kind_on_a_connection_made_at
     assert questions.log_ends(tps) == ends
     assert [key for key, _, _ in broker.received[asked_from:]] == [LIST_OFFSETS, LIST_OFFSETS]
     assert broker.connections == connections
+
+
+def test_a_client_closed_while_another_thread_connects_closes_quietly(broker_and_questions, monkeypatch):
+    # A proxy stopping during its first tiering round closed the questions' clients while the
+    # warm-up thread was connecting one, and stopped with a traceback instead of its one-line
+    # error. Here the other thread's connection arrives exactly while close() closes the first.
+    broker, _ = broker_and_questions
+    client = BrokerClient(broker.bootstrap)
+    client._connection(("127.0.0.1", broker.port))
+    closed: list[str] = []
+    close = broker_client._Connection.close
+
+    def close_while_another_connects(conn: broker_client._Connection) -> None:
+        close(conn)
+        closed.append(conn.address)
+        if len(closed) == 1:
+            client._connection(("localhost", broker.port))
+
+    monkeypatch.setattr(broker_client._Connection, "close", close_while_another_connects)
+    client.close()
+    assert closed == [f"127.0.0.1:{broker.port}"]
+    assert client._connections == {}
