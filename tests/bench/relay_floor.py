@@ -22,9 +22,9 @@ address rewriting, so socat carries these requests as the proxy does. Placements
 tests/cpu_sets.py: **isolated**, the relays on the upper half of the CPUs and the broker and the
 client on the lower; **shared**, anywhere. Medians and p99 in µs; "added" is over direct.
 
-Why: isolated, every hop through a relay is a wake-up of a process on another CPU. On a virtual
-machine that is the cost socat shows, the floor under any relay in that placement, and the proxy's
-own cost is what it adds beyond the C relays.
+Why: isolated, every hop through a relay is a wake-up of a process on another CPU. What that costs
+on its own is what the c-relay adds (on this machine about nothing; socat adds its own copies), and
+the proxy's own cost is what it adds beyond the c-relay.
 """
 
 from __future__ import annotations
