@@ -152,7 +152,7 @@ TIERED_READS = Group("Remote reads and fetch sessions", ("proxy/filters/tiered_r
     Key("remote.log.index.file.cache.total.size.bytes", "`1073741824` (1 GiB)", "bounds the remote index cache"),
     Key("remote.log.chunk.cache.size.bytes", "`125829120` (120 MiB)", "cache of remote segment chunks"),
     Key("remote.log.chunk.size.bytes", "`1048576` (1 MiB)", "remote segment data is read in aligned chunks of this size"),
-    Key("remote.log.chunk.prefetch.threads", "`16`", "chunks fetched ahead at once, for all readers together"),
+    Key("remote.log.chunk.prefetch.threads", "`16`", "chunks fetched ahead at once, for all readers together; 0: none"),
     Key("remote.log.chunk.prefetch.max.chunks", "`16`",
         "largest fetch-ahead window of one reader (and at most an eighth of the chunk cache)"),
     Key("remote.log.reader.threads", "`10`", "threads remote reads run on"),

@@ -73,6 +73,16 @@ def test_metrics_port_out_of_range(tmp_path: Path) -> None:
            "(127.0.0.1:99999)")
 
 
+def test_a_negative_prefetch_thread_count_is_refused(tmp_path: Path) -> None:
+    # It was taken for 0 (no fetching ahead) without a word, and the proxy served. (Read settings
+    # are checked as the read path is built, after the start's log lines: the error is the last.)
+    result = run_cli("serve", "--bootstrap-servers", NOTHING, "--set", "remote.log.chunk.prefetch.threads=-3",
+                     "--data-dir", str(tmp_path))
+    assert "Traceback" not in result.stderr
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (
+        2, "tiered-proxy: configuration error: remote.log.chunk.prefetch.threads must be 0 (no fetching ahead) or more")
+
+
 def test_broker_and_metrics_ports_in_use(noida: EmbeddedBroker, busy_port: int, tmp_path: Path) -> None:
     """The per-broker listener and the metrics endpoint are opened after the proxy has spoken to
     the cluster, inside trio tasks: still one line."""

@@ -54,6 +54,8 @@ class ChunkCache:
                  prefetch_max_chunks: int = PREFETCH_MAX_CHUNKS) -> None:
         if chunk_bytes <= 0:
             raise ValueError("remote.log.chunk.size.bytes must be positive")
+        if prefetch_threads < 0:
+            raise ValueError("remote.log.chunk.prefetch.threads must be 0 (no fetching ahead) or more")
         if prefetch_max_chunks < 1:
             raise ValueError("remote.log.chunk.prefetch.max.chunks must be at least 1")
         self.max_window = max(1, min(prefetch_max_chunks, max_bytes // chunk_bytes // 8))
