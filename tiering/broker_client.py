@@ -228,11 +228,12 @@ class BrokerClient:
 
     def close(self) -> None:
         """Closes the connections. Stopping threads call it on clients another thread may be
-        using (BrokerQuestions' warm-up): a copy of the list, as that thread may add one meanwhile
-        (a proxy stopping during its first round said "dictionary changed size during iteration")."""
-        for conn in list(self._connections.values()):
+        using (BrokerQuestions' warm-up), which may add one meanwhile: each is taken out before it
+        is closed, so that one is closed too (iterating the dict said "dictionary changed size
+        during iteration" when a proxy stopped during its first round)."""
+        while self._connections:
+            _, conn = self._connections.popitem()
             conn.close()
-        self._connections.clear()
 
     def _connection(self, address: tuple[str, int]) -> _Connection:
         conn = self._connections.get(address)
