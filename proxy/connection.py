@@ -28,10 +28,11 @@ from protocol.apis import API_VERSIONS, PRODUCE, Api, all_apis
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.headers import decode_request_header, encode_response_header, peek_request
 from protocol.varint import read_uvarint
-from proxy.byte_budget import ByteBudget, Holding
+from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, CoreMetrics, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from proxy.framing import FrameError, FrameStream
+from proxy.response_order import Relay, ResponseOrder, Slot
 from proxy.upstream import BrokerVersions, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -57,48 +58,6 @@ class Server(Protocol):
     def negotiate(self, versions: BrokerVersions) -> dict[int, tuple[int, int]]: ...
 
     def request_done(self, api_key: int, outcome: str, seconds: float) -> None: ...
-
-
-class Relay:
-    """An answer to stream from the broker's socket to the client's (module docstring); ``done``
-    is set once it has gone through, or failed."""
-
-    __slots__ = ("source", "size", "done")
-
-    def __init__(self, source: FrameStream, size: int) -> None:
-        self.source = source
-        self.size = size
-        self.done = trio.Event()
-
-
-Payload = bytes | bytearray | memoryview | list[Any] | Relay
-
-
-class Slot:
-    """The place of one request's response in the connection's response order."""
-
-    __slots__ = ("done", "payload", "api_key", "version", "started", "outcome", "held")
-
-    def __init__(self, api_key: int, version: int) -> None:
-        self.done = trio.Event()
-        self.payload: Payload | None = None  # None: nothing goes back to the client
-        self.api_key = api_key
-        self.version = version
-        self.started = time.perf_counter()
-        # forwarded (as is), relayed (forwarded as it arrived), rewritten (the proxy changed
-        # request or answer), local (answered by the proxy), unsupported (UNSUPPORTED_VERSION),
-        # no_response (acks=0)
-        self.outcome = "forwarded"
-        self.held: list[Holding] = []  # budget bytes the answer takes until the client has it
-
-    def release(self) -> None:
-        for holding in self.held:
-            holding.release()
-        self.held.clear()
-
-    def resolve(self, payload: Payload | None) -> None:
-        self.payload = payload
-        self.done.set()
 
 
 @dataclass
@@ -140,9 +99,7 @@ class ClientConnection:
         self.versions: BrokerVersions | None = None
         self.allowed: dict[int, tuple[int, int]] = {}
         self._pending: collections.deque[Pending] = collections.deque()
-        send, receive = trio.open_memory_channel[Slot](proxy.config.max_in_flight_requests)
-        self._slots_in = send
-        self._slots_out = receive
+        self._order = ResponseOrder(proxy.config.max_in_flight_requests)
         self._nursery: trio.Nursery | None = None
         self._drained = trio.Event()
         self._unsent: set[Slot] = set()  # slots not yet written: what they hold goes back at close
@@ -197,7 +154,7 @@ class ClientConnection:
             frame = await self.client.read_frame()
             if frame is None:
                 # Let answers already on their way reach the client before closing.
-                await self._slots_in.aclose()
+                self._order.close()
                 with trio.move_on_after(30):
                     await self._drained.wait()
                 return
@@ -206,8 +163,7 @@ class ClientConnection:
 
     async def _response_loop(self) -> None:
         metrics = self.proxy.metrics
-        async for slot in self._slots_out:
-            await slot.done.wait()
+        while (slot := await self._order.next()) is not None:
             if isinstance(slot.payload, Relay):
                 await self._relay(slot.payload)
                 metrics.bytes_out += slot.payload.size + 4
@@ -230,9 +186,9 @@ class ClientConnection:
     async def _handle(self, frame: bytes | bytearray) -> None:
         view = memoryview(frame)
         api_key, version, corr = peek_request(view)
-        slot = Slot(api_key, version)
+        while (slot := self._order.add(api_key, version)) is None:
+            await self._order.room()  # max.in.flight requests unanswered: read no more until one is
         self._unsent.add(slot)
-        await self._slots_in.send(slot)
         spec = all_apis().get(api_key)
         await self._ensure_upstream()
         low_high = self.allowed.get(api_key)
