@@ -20,7 +20,8 @@ pipe, a blocking thread per direction, the least a relay can do; ``--no-c-relay`
 and **proxy**, ``tiered-proxy serve`` with defaults. Relays on a partition's leader port need no
 address rewriting, so socat carries these requests as the proxy does. Placements as in
 tests/cpu_sets.py: **isolated**, the relays on the upper half of the CPUs and the broker and the
-client on the lower; **shared**, anywhere. Medians and p99 in µs; "added" is over direct.
+client on the lower; **shared**, anywhere. Medians and p99 in µs; "added" is over direct; "relay
+CPU" is the proxy's (or the C relay's) CPU per request over the whole run of that shape.
 
 Why: isolated, every hop through a relay is a wake-up of a process on another CPU. What that costs
 on its own is what the c-relay adds (on this machine about nothing; socat adds its own copies), and
@@ -46,6 +47,7 @@ from tests.bench import kafka_native as native
 from tests.bench.backfill import raw_fetch_body
 from tests.bench.librdkafka_load import percentiles
 from tests.bench.process_hygiene import run_in_work_dir
+from tests.bench.workers import process_cpu_seconds
 from tests.cpu_sets import pin_tree, placement, placement_names
 from tests.kafka_cluster import start_single
 from tests.proxy_process import free_port, start_proxy
@@ -127,6 +129,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
         shapes = {"empty": (fetch_request(topic, [ends[0]], 1), args.requests),
                   "3 MiB": (fetch_request(topic, [0] * native.PARTITIONS, 2), args.big_requests)}
         results: dict[tuple[str, str, str], tuple[list[float], list[float], int]] = {}
+        # The relays whose CPU is one process's (socat forks a process per connection).
+        relay_pids = {"proxy": proxy.process.pid, **({"c-relay": relays["c-relay"].pid} if "c-relay" in relays else {})}
+        cpu: dict[tuple[str, str, str], float] = {}  # µs of the relay's CPU per request
         everywhere = frozenset(os.sched_getaffinity(0))
         for name in args.placements:
             where = placement(name == "isolated")
@@ -138,7 +143,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
             print(where.describe(), flush=True)
             for shape, (request, count) in shapes.items():
                 for path, address in paths.items():
+                    pid = relay_pids.get(path)
+                    before = process_cpu_seconds(pid) if pid else 0.0
                     results[(name, shape, path)] = round_trips(address, request, count)
+                    if pid:
+                        cpu[(name, shape, path)] = (process_cpu_seconds(pid) - before) / (count + count // 10) * 1e6
     finally:
         for relay in relays.values():
             relay.terminate()
@@ -146,14 +155,17 @@ def run(args: argparse.Namespace, work: Path) -> None:
         if proxy is not None:
             proxy.stop()
         broker.stop()
-    report(args, list(paths), results)
+    report(args, list(paths), results, cpu)
 
 
 def report(args: argparse.Namespace, paths: list[str],
-           results: dict[tuple[str, str, str], tuple[list[float], list[float], int]]) -> None:
-    print("\none request at a time on one connection; µs, median (p99); added: median over direct\n")
-    print("| placement | request | path | answer bytes | first byte | added | last byte | added |")
-    print("|---|---|---|---|---|---|---|---|")
+           results: dict[tuple[str, str, str], tuple[list[float], list[float], int]],
+           cpu: dict[tuple[str, str, str], float]) -> None:
+    print("\none request at a time on one connection; µs, median (p99); added: median over direct; "
+          "relay CPU: the relay process's user and system CPU per request (clock ticks of 10 ms, so "
+          "whole runs only)\n")
+    print("| placement | request | path | answer bytes | first byte | added | last byte | added | relay CPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.placements:
         for shape in ("empty", "3 MiB"):
             direct_first, direct_last, _ = results[(name, shape, "direct")]
@@ -161,8 +173,9 @@ def report(args: argparse.Namespace, paths: list[str],
                 first, last, size = results[(name, shape, path)]
                 added = "" if path == "direct" else f"{statistics.median(first) - statistics.median(direct_first):+.0f}"
                 added_last = "" if path == "direct" else f"{statistics.median(last) - statistics.median(direct_last):+.0f}"
+                relay_cpu = f"{cpu[(name, shape, path)]:.0f}" if (name, shape, path) in cpu else ""
                 print(f"| {name} | {shape} | {path} | {size:,} | {statistics.median(first):.0f} ({p99(first):.0f}) | "
-                      f"{added} | {statistics.median(last):.0f} ({p99(last):.0f}) | {added_last} |")
+                      f"{added} | {statistics.median(last):.0f} ({p99(last):.0f}) | {added_last} | {relay_cpu} |")
 
 
 def main() -> None:
