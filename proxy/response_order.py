@@ -3,7 +3,7 @@ known, and a queue the connection's response loop takes them from, oldest first,
 
 The response loop is woken only when the oldest slot has its answer. With a memory channel of
 slots it was woken twice per request (once for the slot, once for its answer), and the request
-loop took a turn of the event loop for every send; three turns of some five per forwarded request
+loop took a turn of the event loop for every send: a forwarded request took five turns, now three
 (counted in tests/integration/test_response_turns.py, issue 36).
 """
 
