@@ -61,7 +61,7 @@ class Slot:
     def resolve(self, payload: Payload | None) -> None:
         self.payload = payload
         self.answered = True
-        self.order.answered(self)
+        self.order.on_answer(self)
 
 
 class ResponseOrder:
@@ -74,9 +74,6 @@ class ResponseOrder:
         self._ready = trio.Event()  # the oldest slot is answered, or no slot will come
         self._room: trio.Event | None = None  # set when a slot leaves a full queue
         self._closed = False
-
-    def __len__(self) -> int:
-        return len(self._slots)
 
     def add(self, api_key: int, version: int) -> Slot | None:
         """The next request's slot, or None when the queue is full (wait with ``room``)."""
@@ -95,7 +92,8 @@ class ResponseOrder:
                 self._room = trio.Event()
             await self._room.wait()
 
-    def answered(self, slot: Slot) -> None:
+    def on_answer(self, slot: Slot) -> None:
+        """``slot`` has its answer: the response loop goes on if it is the oldest."""
         if self._slots and self._slots[0] is slot:
             self._ready.set()
 

@@ -130,7 +130,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
                   "3 MiB": (fetch_request(topic, [0] * native.PARTITIONS, 2), args.big_requests)}
         results: dict[tuple[str, str, str], tuple[list[float], list[float], int]] = {}
         # The relays whose CPU is one process's (socat forks a process per connection).
-        relay_pids = {"proxy": proxy.process.pid, **({"c-relay": relays["c-relay"].pid} if "c-relay" in relays else {})}
+        relay_cpu = {"proxy": lambda: process_cpu_seconds(proxy.process.pid),
+                     **({"c-relay": splice.cpu_seconds} if executable is not None else {})}
         cpu: dict[tuple[str, str, str], float] = {}  # µs of the relay's CPU per request
         everywhere = frozenset(os.sched_getaffinity(0))
         for name in args.placements:
@@ -143,11 +144,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
             print(where.describe(), flush=True)
             for shape, (request, count) in shapes.items():
                 for path, address in paths.items():
-                    pid = relay_pids.get(path)
-                    before = process_cpu_seconds(pid) if pid else 0.0
+                    seconds = relay_cpu.get(path)
+                    before = seconds() if seconds else 0.0
                     results[(name, shape, path)] = round_trips(address, request, count)
-                    if pid:
-                        cpu[(name, shape, path)] = (process_cpu_seconds(pid) - before) / (count + count // 10) * 1e6
+                    if seconds:
+                        cpu[(name, shape, path)] = (seconds() - before) / (count + count // 10) * 1e6
     finally:
         for relay in relays.values():
             relay.terminate()

@@ -24,6 +24,7 @@ from protocol.apis import FETCH
 from proxy.config import ProxyConfig
 from proxy.filters import build_chain
 from proxy.server import Proxy
+from tests.bench.backfill import raw_fetch_body
 from tests.proxy_process import free_port
 from tests.raw import RawClient
 
@@ -85,12 +86,9 @@ def topic(kafka) -> str:
 
 
 def _fetch(client: RawClient, topic: str, offset: int) -> dict[str, Any]:
-    answer = client.request(FETCH, 12, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-        "topics": [{"topic": topic, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
-            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    # Answered at once (no wait at the log end), up to 1 MiB.
+    body = {**raw_fetch_body(topic, [offset], [offset + 1]), "max_wait_ms": 0, "min_bytes": 0}
+    answer = client.request(FETCH, 12, body)
     (partition,) = answer["responses"][0]["partitions"]
     assert partition["error_code"] == 0
     return partition
