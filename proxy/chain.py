@@ -118,6 +118,9 @@ class RequestContext:
     relabelled: int = -1
     # Bytes held for the answer (ByteBudget holdings); released once the client has it.
     held: list[Holding] = field(default_factory=list)
+    # Starts work beside the request that a response hook then awaits (the connection's nursery:
+    # it ends with the connection). The work must catch its own errors. None: not offered.
+    start_soon: Callable[[Callable[[], Awaitable[None]]], None] | None = None
 
     def on_response(self, hook: ResponseHook) -> None:
         """See (and possibly change) the broker's answer to this request."""

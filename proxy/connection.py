@@ -220,7 +220,8 @@ class ClientConnection:
             assert self.versions is not None
             ctx = RequestContext(spec, version, corr, header,
                                  Message(view, body_at, codec.read_request, codec.encode_parts),
-                                 self.node_id, self.peer, self.versions.ranges, held=slot.held)
+                                 self.node_id, self.peer, self.versions.ranges, held=slot.held,
+                                 start_soon=self._nursery.start_soon if self._nursery is not None else None)
             for f in filters:
                 answer = await f.on_request(ctx)
                 if isinstance(answer, Answer):

@@ -38,6 +38,8 @@ class RemoteReadCounters(Protocol):
     """What the tiered-reads filter counts (handed over by the chain builder)."""
 
     not_available: int
+    read_beside_broker: int  # partitions served by reads started as their Fetch arrived
+    log_end_questions: int  # ListOffsets asked for remote answers' log ends
 
     @property
     def by_topic(self) -> Any: ...  # .snapshot() -> {topic: {"requests"|"bytes"|"errors": n}}

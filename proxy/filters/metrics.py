@@ -146,6 +146,14 @@ class ProxyCollector(Collector):
             yield CounterMetricFamily("tiered_proxy_tiered_storage_not_available",
                                       "Remote reads that failed or timed out (TIERED_STORAGE_NOT_AVAILABLE)",
                                       value=reads.not_available)
+            yield CounterMetricFamily("tiered_proxy_remote_reads_beside_broker",
+                                      "Fetch partitions read from the remote tier while the broker was asked, not "
+                                      "after it answered (offsets below its log start as last seen, or "
+                                      "remote-preferred)", value=reads.read_beside_broker)
+            yield CounterMetricFamily("tiered_proxy_remote_read_log_end_questions",
+                                      "Questions to the brokers of the log ends of partitions answered from the "
+                                      "remote tier (where the Fetch's own answer had none)",
+                                      value=reads.log_end_questions)
         yield from _storage_request_metrics(tiering.storage_uri.split("?", 1)[0], tiering.storage.requests)
         busy, pool = tiering.manager.pool_state()
         yield GaugeMetricFamily("kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",

@@ -13,6 +13,13 @@ position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), w
 sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
+Where the fetch offset is below the brokers' log start as the partition's copier last saw it (a log
+start only moves up), the answer is known before it comes: the partition is asked at an offset no
+log has, as with ``remote-preferred`` below, and its remote read starts as the request goes to the
+broker, whose answer then only decides whether the records are served (a fresh proxy's first record
+waited for the broker's round trip and the read in turn; proxy/partition_reads.py). A client the
+broker refuses costs the proxy those reads, and never gets their records.
+
 Remote record bytes in answers not yet written to their clients are bounded by
 ``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes room for all its remote reads at once,
 waits for it at most half of ``remote.fetch.max.wait.ms`` (then goes ahead with one chunk's worth
@@ -41,9 +48,7 @@ remote segments' leader-epoch data answers.
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,13 +56,13 @@ import trio
 
 from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from protocol.errors import ErrorCode
-from proxy.byte_budget import ByteBudget, Holding
+from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
-from proxy.partition_reads import run_reads
+from proxy.partition_reads import EarlyReads, FetchReads, PartitionKey, ReadEntry
 from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
 from tiering.read.chunk_cache import PREFETCH_MAX_CHUNKS, PREFETCH_THREADS
-from tiering.read.reader import RemoteRead, RemoteReader, earliest_offset
+from tiering.read.reader import RemoteReader, earliest_offset
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError
 
@@ -80,14 +85,8 @@ _NO_SUCH_OFFSET = 1 << 62
 # remote records meet the client's min_bytes, so waiting for more broker data only delays them.
 # Not 0: Tansu answers a 0 ms wait with no partitions at all (tests/UPSTREAMS.md).
 _PREFERRED_BROKER_WAIT_MS = 1
-# A Fetch's remote reads wait for at least this much room in the remote fetch buffer (or all of a
-# smaller want, or the whole buffer if smaller) rather than start with a sliver; each read returns
-# at least one batch whatever share of the room it got.
-_MIN_REMOTE_GRANT = 1 << 20
 # The wire code for "tiered storage not available"; see the module docstring.
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
-# A partition as a Fetch of some version names it: (topic name, or topic id bytes from v13, partition).
-PartitionKey = tuple[str | bytes, int]
 
 
 def list_offsets_upstream_version(version: int, broker: tuple[int, int]) -> int:
@@ -95,9 +94,6 @@ def list_offsets_upstream_version(version: int, broker: tuple[int, int]) -> int:
     (translated both ways; decoding fills the fields a version lacks with their defaults)."""
     low, high = broker
     return max(low, min(version, high))
-
-
-_LOG_ENDS_TTL_S = 1.0
 
 
 def _int(props: Mapping[str, str], key: str, default: int) -> int:
@@ -126,16 +122,14 @@ class TieredReads(Filter):
         self.buffer = ByteBudget(_int(props, "proxy.remote.fetch.buffer.max.bytes", 16 << 20),
                                  "proxy.remote.fetch.buffer.max.bytes")
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
+        self.reads = FetchReads(self.reader, self.limiter, self.buffer, self.max_wait_s,
+                                tiering.manager.questions.log_ends)
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
         self.past_max_bytes = 0  # partitions read but answered empty: the request's max_bytes was reached
-        self.room_timeouts = 0  # requests that went ahead without room in the remote fetch buffer
+        self.read_beside_broker = 0  # partitions served by reads started as their Fetch arrived
         self.by_topic = TopicCounters()  # remote fetch requests, bytes, errors per topic
-        # The brokers' high watermark and last stable offset per partition read remotely, and
-        # when they were asked: a remote answer carries them, as Kafka's own remote reads do.
-        # Asked again after _LOG_ENDS_TTL_S; a value that old is still above every remote offset.
-        self._log_ends: dict[TopicIdPartition, tuple[float, int, int]] = {}
         self._keyed_from: list[TopicIdPartition] | None = None  # _tiered_by's lookups, and what from
         self._keyed: dict[str, dict[PartitionKey, TopicIdPartition]] = {}
         policy = props.get("proxy.fetch.routing.policy", "broker-first")
@@ -157,6 +151,10 @@ class TieredReads(Filter):
     def start(self, core: Core) -> None:
         core.metrics.budgets.append(self.buffer)
 
+    @property
+    def log_end_questions(self) -> int:
+        return self.reads.log_end_questions
+
     def pool_state(self) -> tuple[int, int, int]:
         """(remote reads waiting for a thread, threads busy, threads) of the reader pool."""
         stats = self.limiter.statistics()
@@ -168,8 +166,9 @@ class TieredReads(Filter):
                  f"prefetched {chunks.prefetches}") if chunks is not None else ""
         return (f"remote fetches {self.remote_fetches}, remote fetch bytes {self.remote_fetch_bytes}, "
                 f"tiered storage not available {self.not_available}, answered empty past max_bytes "
-                f"{self.past_max_bytes}{cache}, remote fetch buffer peak "
-                f"{self.buffer.peak} bytes, waits {self.buffer.waits}, went ahead without room {self.room_timeouts}")
+                f"{self.past_max_bytes}, read beside the broker {self.read_beside_broker}, log-end questions "
+                f"{self.reads.log_end_questions}{cache}, remote fetch buffer peak "
+                f"{self.buffer.peak} bytes, waits {self.buffer.waits}, went ahead without room {self.reads.room_timeouts}")
 
     def close(self) -> None:
         log.info("tiered reads: %s", self.stats())
@@ -202,51 +201,61 @@ class TieredReads(Filter):
             return  # replication traffic is the brokers' business
         topic_field = "topic_id" if version >= 13 else "topic"
         tiered = self._tiered_by(topic_field)
+        manager = self.tiering.manager
         wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]] = {}
-        preferred: set[PartitionKey] = set()
+        # The remote tier's to serve, read as the request goes on, and the offset the broker is
+        # asked at instead (its answer authorizes the read and carries the partition's log ends).
+        preferred: dict[PartitionKey, int] = {}
         for t in request["topics"]:
             for p in t["partitions"]:
                 key = (t[topic_field], p["partition"])
                 tp = tiered.get(key)
-                if tp is not None:
-                    wanted[key] = (tp, p["fetch_offset"], p["partition_max_bytes"])
-                    if self.remote_preferred and self._remote_holds(tp, p["fetch_offset"]) \
-                            and tp.topic not in self.tiering.manager.brokers_hold:  # theirs from their log start
-                        preferred.add(key)
+                if tp is None:
+                    continue
+                offset = p["fetch_offset"]
+                wanted[key] = (tp, offset, p["partition_max_bytes"])
+                if tp.topic in manager.brokers_hold or not self._remote_holds(tp, offset):
+                    continue  # a topic the brokers tier is theirs from their log start
+                # Every offset the remote tier holds (remote-preferred), or one below the brokers'
+                # log start as the copier last saw it (it only moves up): the broker would only
+                # answer OFFSET_OUT_OF_RANGE.
+                copier = manager.copiers.get(tp)
+                log_start, high_watermark = (copier.log_start, copier.high_watermark) if copier else (-1, -1)
+                if self.remote_preferred or offset < log_start:
+                    preferred[key] = high_watermark if high_watermark >= max(offset, 0) else _NO_SUCH_OFFSET
         if not wanted:
             return  # no tiered partition: the broker's answer stands
         if preferred:
-            # Partitions the remote tier will serve are asked at an offset no log has: the broker
-            # still checks the client may read them, and reads nothing from its disks. (Copies:
-            # the partition entries may be a fetch session's own.)
-            # No last fetched epoch either (v12+): the broker would find the client's epoch ending
-            # below that offset and answer a diverging epoch, which makes the client throw the
-            # remote records away and fetch them again, forever (kafka-python did).
+            # Partitions the remote tier will serve are asked at the log end as the copier last
+            # saw it, for one byte: the broker still checks the client may read them, answers their
+            # high watermark and last stable offset, and reads (almost) nothing from its disks.
+            # Where that end is unknown, at an offset no log has: OFFSET_OUT_OF_RANGE, whose -1s
+            # make the proxy ask the log ends beside the read. (Copies: the partition entries may
+            # be a fetch session's own.) No last fetched epoch either (v12+): the broker would find
+            # the client's epoch ending below the probe and answer a diverging epoch, which makes
+            # the client throw the remote records away and fetch them again, forever (kafka-python did).
             for t in request["topics"]:
-                t["partitions"] = [{**p, "fetch_offset": _NO_SUCH_OFFSET, "last_fetched_epoch": -1}
-                                   if (t[topic_field], p["partition"]) in preferred else p for p in t["partitions"]]
+                t["partitions"] = [
+                    {**p, "fetch_offset": preferred[key], "last_fetched_epoch": -1, "partition_max_bytes": 1}
+                    if (key := (t[topic_field], p["partition"])) in preferred else p for p in t["partitions"]]
             # A broker answering OFFSET_OUT_OF_RANGE does so at once; one that answers "nothing
             # there" (Tansu) would otherwise hold the request for its whole max_wait_ms.
             request["max_wait_ms"] = min(request["max_wait_ms"], _PREFERRED_BROKER_WAIT_MS)
             ctx.request.changed()
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
+        early = None
+        if preferred and ctx.start_soon is not None:
+            # Read while the broker is asked: its answer (an authorization check, in effect) only
+            # decides whether the records are served. A cold first read waited for both in turn.
+            early = self.reads.start(ctx.start_soon, ctx.held, [(key, *wanted[key]) for key in preferred],
+                                     budget, read_committed,
+                                     [wanted[key][0] for key, probe in preferred.items() if probe == _NO_SUCH_OFFSET])
 
         async def rewrite(ctx: RequestContext, response: Message) -> None:
-            await self._rewrite_fetch(ctx, response, wanted, budget, read_committed, preferred, topic_field)
+            await self._rewrite_fetch(ctx, response, wanted, budget, read_committed, preferred, topic_field, early)
 
         ctx.on_response(rewrite)
-
-    async def _room(self, want: int) -> Holding:
-        """Room in the remote fetch buffer for up to ``want`` bytes: what there is, at least a
-        chunk's worth. Waiting for it takes at most half of remote.fetch.max.wait.ms; then the read
-        goes ahead with that chunk's worth beyond the buffer, so answers held by a client that
-        stopped reading slow the others down but cannot stop them."""
-        minimum = min(want, _MIN_REMOTE_GRANT, max(self.buffer.limit, 1))
-        with trio.move_on_after(self.max_wait_s / 2):
-            return await self.buffer.acquire(want, minimum=minimum)
-        self.room_timeouts += 1
-        return self.buffer.take(minimum)
 
     def _remote_holds(self, tp: TopicIdPartition, offset: int) -> bool:
         rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
@@ -254,37 +263,49 @@ class TieredReads(Filter):
 
     async def _rewrite_fetch(self, ctx: RequestContext, message: Message,
                              wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]], budget: int,
-                             read_committed: bool, preferred: set[PartitionKey], topic_field: str) -> None:
+                             read_committed: bool, preferred: dict[PartitionKey, int], topic_field: str,
+                             early: EarlyReads | None) -> None:
+        if early is not None:
+            await early.done.wait()  # first: what it holds must be in ctx.held before the answer goes
+            if early.error is not None:
+                raise early.error
         version = ctx.version
         response = message.body
         if response.get("error_code", 0) != ErrorCode.NONE:
             return  # a top-level error: the whole answer stands
         changed = False
-        to_read: list[tuple[dict[str, Any], TopicIdPartition, int, int]] = []
+        to_read: list[tuple[dict[str, Any], PartitionKey, TopicIdPartition, int, int]] = []
         to_clean: list[tuple[TopicIdPartition, int, dict[str, Any]]] = []
         used = 0
         for topic in response["responses"]:
             for p in topic["partitions"]:
-                used += len(p["records"]) if p.get("records") is not None else 0
                 key = (topic[topic_field], p["partition_index"])
+                if key not in preferred:  # a probe's byte goes
+                    used += len(p["records"]) if p.get("records") is not None else 0
                 entry = wanted.get(key)
                 if entry is None:
                     continue
                 tp, offset, partition_max = entry
                 rx, ry = self.reader.log_start(tp), self.reader.log_end(tp)
-                if rx is None or ry is None:
-                    continue
+                served = rx is not None and ry is not None and rx <= offset <= ry
                 log_start = p.get("log_start_offset", -1)
                 if key in preferred:
-                    # Asked at an offset no log has: OFFSET_OUT_OF_RANGE, or (Tansu) no error and
-                    # no records. Any other answer (not authorized, not leader) stands.
-                    if p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) and rx <= offset <= ry:
-                        to_read.append((p, tp, offset, partition_max))
-                elif (p["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and rx <= offset <= ry
-                        and (log_start < 0 or offset < log_start)):
-                    to_read.append((p, tp, offset, partition_max))
-                elif read_committed and p["error_code"] == ErrorCode.NONE and p.get("aborted_transactions"):
+                    # Asked at the log end (no error), or at an offset no log has (OFFSET_OUT_OF_RANGE;
+                    # Tansu: no error, no records). Any other answer (not authorized, not leader)
+                    # stands, but never what the broker had at the probe: that offset is not the
+                    # client's, whose own left the remote tier meanwhile (Kafka's answer follows).
+                    if p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) and served:
+                        to_read.append((p, key, tp, offset, partition_max))
+                    elif p["error_code"] == ErrorCode.NONE:
+                        p["error_code"], p["records"] = ErrorCode.OFFSET_OUT_OF_RANGE, b""
+                        changed = True
+                elif served and p["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and (log_start < 0 or offset < log_start):
+                    to_read.append((p, key, tp, offset, partition_max))
+                elif rx is not None and read_committed and p["error_code"] == ErrorCode.NONE \
+                        and p.get("aborted_transactions"):
                     to_clean.append((tp, offset, p))
+                if rx is None:
+                    continue
                 if version >= 5 and p["error_code"] in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) \
                         and log_start > rx:
                     p["log_start_offset"] = rx
@@ -295,73 +316,52 @@ class TieredReads(Filter):
                     lambda: any([self._drop_ended_transactions(*entry) for entry in to_clean]), limiter=self.limiter)
             except RemoteStorageError as exc:
                 log.warning("TIERED_STORAGE_NOT_AVAILABLE: transaction indexes of %s: %s", to_clean[0][0], exc)
-        if to_read:
-            share = max((budget - used) // len(to_read), 0)
-            limits = [min(partition_max, share) for *_, partition_max in to_read]
-            # Room for the whole request at once (its partitions never wait on one another),
-            # scaled down to what there is; the reads return at least one batch each anyway.
-            holding = await self._room(sum(limits))
-            ctx.held.append(holding)  # released once the client has the answer
-            scale = holding.nbytes / sum(limits) if sum(limits) else 1.0
-
-            # Reads start no new segment after half the wait, so each answers with what it has
-            # rather than run out of time over many small segments (and answer nothing, again).
-            deadline = time.monotonic() + self.max_wait_s / 2
-
-            def read(tp: TopicIdPartition, offset: int, limit: int) -> RemoteRead | RemoteStorageError | None:
-                try:
-                    return self.reader.read(tp, offset, limit, read_committed=read_committed, deadline=deadline)
-                except RemoteStorageError as exc:
-                    return exc
-
-            async def ask_log_ends(tps: list[TopicIdPartition]) -> None:
-                with trio.move_on_after(self.max_wait_s):
-                    ends = await trio.to_thread.run_sync(self.tiering.manager.questions.log_ends, tps,
-                                                         limiter=self.limiter, abandon_on_cancel=True)
-                    for tp, (high_watermark, last_stable) in ends.items():
-                        self._log_ends[tp] = (time.monotonic(), high_watermark, last_stable)
-
-            now = time.monotonic()
-            stale = [tp for tp in dict.fromkeys(tp for _, tp, _, _ in to_read)
-                     if tp not in self._log_ends or now - self._log_ends[tp][0] >= _LOG_ENDS_TTL_S]
-            async with trio.open_nursery() as nursery:
-                if stale:  # all in one question (one ListOffsets of each kind per leader), beside the reads
-                    nursery.start_soon(ask_log_ends, stale)
-                results: dict[int, RemoteRead | BaseException | None] = await run_reads(
-                    [functools.partial(read, tp, offset, int(limits[i] * scale))
-                     for i, (_, tp, offset, _) in enumerate(to_read)],
-                    self.limiter, self.max_wait_s, spare=1 if stale else 0)
-            # A read returns at least one batch, maybe more than its share. Past max_bytes the rest
-            # answer empty, as Kafka's do (5,000 batches of 20 KB: 104 MB for 50 MiB asked).
-            room, kept = budget - used, 0
-            for i, (p, tp, offset, _) in enumerate(to_read):
-                changed = True
-                if i not in results:
-                    results[i] = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
-                result = results[i]
-                if isinstance(result, BaseException):
-                    self.not_available += 1
-                    self.by_topic.add(tp.topic, requests=1, errors=1)
-                    log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading %s at %d: %s", tp, offset, result)
-                    # Empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1").
-                    p["error_code"], p["records"] = self.not_available_code, b""
-                    continue
-                if result is None:
-                    continue  # deleted since: the broker's OFFSET_OUT_OF_RANGE stands
-                fits = result.size <= room or (kept == 0 and used == 0)
-                p["error_code"], p["records"] = ErrorCode.NONE, result.records if fits else b""
-                self._fill_log_ends(p, tp, version)
-                if version >= 4:
-                    p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
-                                                 (result.aborted if fits else [])] if read_committed else None
-                if not fits:
-                    self.past_max_bytes += 1
-                    continue
-                room, kept = room - result.size, kept + result.size
-                self.remote_fetches += 1
-                self.remote_fetch_bytes += result.size
-                self.by_topic.add(tp.topic, requests=1, bytes=result.size)
-            holding.resize(kept)
+        results = dict(early.results) if early is not None else {}
+        holdings = [early.holding] if early is not None and early.holding is not None else []
+        late: list[ReadEntry] = [(key, tp, offset, partition_max) for _, key, tp, offset, partition_max in to_read if key not in results]
+        if late:
+            late_results, holding = await self.reads.read(ctx.held, late, budget - used, read_committed)
+            results.update(late_results)
+            holdings.append(holding)
+        # The log ends of partitions whose broker answer had none (probed at an offset no log has,
+        # or whose log end moved back since the copier saw it) and whose last answer is stale.
+        unknown = self.reads.stale(tp for p, _, tp, _, _ in to_read if p.get("high_watermark", -1) < 0)
+        if unknown:
+            await self.reads.ask_log_ends(unknown)
+        # A read returns at least one batch, maybe more than its share. Past max_bytes the rest
+        # answer empty, as Kafka's do (5,000 batches of 20 KB: 104 MB for 50 MiB asked).
+        room, kept = budget - used, 0
+        for p, key, tp, offset, _ in to_read:
+            changed = True
+            result = results[key]
+            if early is not None and key in early.results:
+                self.read_beside_broker += 1
+            if isinstance(result, BaseException):
+                self.not_available += 1
+                self.by_topic.add(tp.topic, requests=1, errors=1)
+                log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading %s at %d: %s", tp, offset, result)
+                # Empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1").
+                p["error_code"], p["records"] = self.not_available_code, b""
+                continue
+            if result is None:  # deleted since: OFFSET_OUT_OF_RANGE, the broker's or in place of its probe's
+                p["error_code"], p["records"] = ErrorCode.OFFSET_OUT_OF_RANGE, b""
+                continue
+            fits = result.size <= room or (kept == 0 and used == 0)
+            p["error_code"], p["records"] = ErrorCode.NONE, result.records if fits else b""
+            self._fill_log_ends(p, tp, version)
+            if version >= 4:
+                p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
+                                             (result.aborted if fits else [])] if read_committed else None
+            if not fits:
+                self.past_max_bytes += 1
+                continue
+            room, kept = room - result.size, kept + result.size
+            self.remote_fetches += 1
+            self.remote_fetch_bytes += result.size
+            self.by_topic.add(tp.topic, requests=1, bytes=result.size)
+        for holding in holdings:  # hold what the answer keeps; reads it does not serve go back
+            holding.resize(min(holding.nbytes, kept))
+            kept -= holding.nbytes
         if changed:
             message.changed()
 
@@ -369,11 +369,11 @@ class TieredReads(Filter):
         """A remote answer's high watermark, last stable offset and log start (the remote log
         start) where the brokers' OFFSET_OUT_OF_RANGE left -1: clients take them for lag and for
         the end of the partition (kcat -e, enable.partition.eof)."""
-        ends = self._log_ends.get(tp)
+        ends = self.reads.log_ends(tp)
         if ends is not None:
-            p["high_watermark"] = max(p.get("high_watermark", -1), ends[1])
+            p["high_watermark"] = max(p.get("high_watermark", -1), ends[0])
             if version >= 4:
-                p["last_stable_offset"] = max(p.get("last_stable_offset", -1), ends[2])
+                p["last_stable_offset"] = max(p.get("last_stable_offset", -1), ends[1])
         rx = self.reader.log_start(tp)
         if version >= 5 and rx is not None and p.get("log_start_offset", -1) < 0:
             p["log_start_offset"] = rx

@@ -6,6 +6,8 @@ before the proxy starts and before anything leaves the broker."""
 
 from __future__ import annotations
 
+import urllib.request
+
 import pytest
 
 from protocol.apis import LIST_OFFSETS
@@ -243,3 +245,38 @@ def test_remote_reads_answer_within_the_requests_max_bytes(history):
     whole = fetch(1 << 20)
     assert all(p["records"] for p in whole)
     assert sum(len(p["records"]) for p in whole) <= 1 << 20
+
+
+def _counter(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_a_fetch_below_the_brokers_log_start_is_read_while_the_broker_is_asked(history):
+    """The copiers have seen the brokers' log start; a Fetch below it starts its remote reads as
+    the request goes to the broker instead of after the broker's OFFSET_OUT_OF_RANGE (a fresh
+    proxy's first record waited for the two in turn), and the broker, asked at the log end the
+    copier saw, answers the high watermark with it: no ListOffsets is asked besides. Counted by
+    the proxy, per partition."""
+    from protocol.apis import FETCH
+    from protocol.record_set import iter_batches
+
+    beside, questions = "tiered_proxy_remote_reads_beside_broker_total", "tiered_proxy_remote_read_log_end_questions_total"
+    before = {name: _counter(history.metrics_url, name) for name in (beside, questions)}
+    client = RawClient(history.proxy.bootstrap)
+    try:
+        answer = client.request(FETCH, 12, {
+            "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 4 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": history.topic, "partitions": [{
+                "partition": p, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 64 * 1024} for p in range(PARTITIONS)]}]})
+    finally:
+        client.close()
+    for p in answer["responses"][0]["partitions"]:
+        assert p["error_code"] == ErrorCode.NONE, p
+        assert next(iter(iter_batches(p["records"])))[0].base_offset == 0
+        assert p["high_watermark"] >= history.log_starts[p["partition_index"]]  # the brokers' log end, asked beside
+    assert _counter(history.metrics_url, beside) - before[beside] == PARTITIONS
+    assert _counter(history.metrics_url, questions) == before[questions]  # the broker's answer carried them
