@@ -81,8 +81,8 @@ LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy
 FETCH_MAX_VERSION = 18
 # A fetch offset beyond any log: the broker answers OFFSET_OUT_OF_RANGE after its authorization check.
 _NO_SUCH_OFFSET = 1 << 62
-# The longest a broker may hold a Fetch the remote tier answers anyway (remote-preferred): the
-# remote records meet the client's min_bytes, so waiting for more broker data only delays them.
+# The longest a broker may hold a Fetch the remote tier answers anyway (its min_bytes becomes 0):
+# the remote records meet the client's min_bytes, so waiting for more broker data only delays them.
 # Not 0: Tansu answers a 0 ms wait with no partitions at all (tests/UPSTREAMS.md).
 _PREFERRED_BROKER_WAIT_MS = 1
 # The wire code for "tiered storage not available"; see the module docstring.
@@ -238,9 +238,11 @@ class TieredReads(Filter):
                 t["partitions"] = [
                     {**p, "fetch_offset": preferred[key], "last_fetched_epoch": -1, "partition_max_bytes": 1}
                     if (key := (t[topic_field], p["partition"])) in preferred else p for p in t["partitions"]]
-            # A broker answering OFFSET_OUT_OF_RANGE does so at once; one that answers "nothing
-            # there" (Tansu) would otherwise hold the request for its whole max_wait_ms.
+            # A broker answering OFFSET_OUT_OF_RANGE does so at once; one asked at its log end
+            # would hold the request for more data (Kafka 4.4: 3-7 ms for a 1 ms wait, pinned), or
+            # (Tansu) for its whole max_wait_ms.
             request["max_wait_ms"] = min(request["max_wait_ms"], _PREFERRED_BROKER_WAIT_MS)
+            request["min_bytes"] = 0
             ctx.request.changed()
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
