@@ -170,10 +170,11 @@ class FetchReads:
         async with trio.open_nursery() as nursery:
             if stale:  # all in one question, beside the reads
                 nursery.start_soon(self.ask_log_ends, stale)
-            results: dict[int, RemoteRead | RemoteStorageError | None] = await run_reads(
-                [functools.partial(read, tp, offset, int(limits[i] * scale))
-                 for i, (_, tp, offset, _) in enumerate(entries)],
-                self.limiter, self.max_wait_s, spare=1 if stale else 0)
+            with self.reader.foreground():  # what the reads start fetching ahead waits until they are back
+                results: dict[int, RemoteRead | RemoteStorageError | None] = await run_reads(
+                    [functools.partial(read, tp, offset, int(limits[i] * scale))
+                     for i, (_, tp, offset, _) in enumerate(entries)],
+                    self.limiter, self.max_wait_s, spare=1 if stale else 0)
         late = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
         return {key: results.get(i, late) for i, (key, *_) in enumerate(entries)}, holding
 

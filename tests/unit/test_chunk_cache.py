@@ -170,3 +170,39 @@ def test_a_failed_read_is_not_cached_and_can_be_retried(tmp_path):
     reopened = CountingStorage(tmp_path / "remote")
     cache.rsm = reopened
     assert cache.read(metadata, 0, 10) == log[:11]
+
+
+def test_fetching_ahead_waits_while_reads_a_client_waits_for_run(tmp_path, monkeypatch):
+    """Counted, not timed: no chunk is fetched ahead inside ``foreground`` (its bound made long
+    here), and those the read asked for follow once it is over. On one CPU they had held the
+    interpreter from the thread that sends the answer (4-7 ms of a fresh proxy's first Fetch)."""
+    monkeypatch.setattr("tiering.read.chunk_cache._FOREGROUND_WAIT_S", 30.0)
+    storage, metadata, log = _stored(tmp_path, 8 * 1024)
+    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+    try:
+        with cache.foreground():
+            assert cache.read(metadata, 0, 99) == log[:100]
+            time.sleep(0.2)  # time enough for the two prefetch threads to have fetched
+            assert storage.reads == [(0, 1023)] and cache.prefetches == 0
+        deadline = time.monotonic() + 5
+        while cache.prefetches < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(start for start, _ in storage.reads) == [0, 1024, 2048]  # the window of two
+    finally:
+        cache.close()
+
+
+def test_fetching_ahead_waits_for_reads_a_bounded_time(tmp_path, monkeypatch):
+    """A proxy always reading holds fetching ahead off no longer than the bound each time."""
+    monkeypatch.setattr("tiering.read.chunk_cache._FOREGROUND_WAIT_S", 0.05)
+    storage, metadata, log = _stored(tmp_path, 8 * 1024)
+    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+    try:
+        with cache.foreground():
+            assert cache.read(metadata, 0, 99) == log[:100]
+            deadline = time.monotonic() + 5
+            while cache.prefetches < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert cache.prefetches == 2
+    finally:
+        cache.close()

@@ -16,6 +16,7 @@ that began below the remote end and whose abort marker the remote tier does not 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -91,6 +92,10 @@ class RemoteReader:
     def close(self) -> None:
         if self.chunks is not None:
             self.chunks.close()
+
+    def foreground(self) -> contextlib.AbstractContextManager[None]:
+        """Hold fetching ahead off while reads a client waits for run (ChunkCache.foreground)."""
+        return self.chunks.foreground() if self.chunks is not None else contextlib.nullcontext()
 
     def _next_segment(self, segment: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
         return self.rlmm.segment_for_offset(segment.topic_id_partition, segment.end_offset + 1)
