@@ -12,7 +12,9 @@ at about 12 MB/s per GET), and one that reads a little costs two chunks more. (A
 from one chunk needs four reads to reach eight: with 1 MiB fetches, the first 7 MiB of every
 partition's backfill.) ``remote.log.chunk.prefetch.threads``
 bounds the GETs in flight for all readers together, and a window never holds more than an eighth
-of the cache, so chunks fetched ahead are not evicted before they are read.
+of the cache, so chunks fetched ahead are not evicted before they are read. While reads a client
+waits for run (``foreground``), fetching ahead waits for them, a bounded time: it must not take
+the interpreter from the thread that sends their answer.
 
 Memory is bounded by ``remote.log.chunk.cache.size.bytes`` plus the chunks being fetched at one
 moment (at most one per reader thread plus one per prefetch thread).
