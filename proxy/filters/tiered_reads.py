@@ -13,12 +13,10 @@ position (tests/integration/test_remote_outage.py). UNKNOWN_SERVER_ERROR (-1), w
 sends, was tried the same way: kafka-python raises it to the application, which then stops
 consuming. ``proxy.tiered.storage.not.available.error.code`` overrides the choice.
 
-Where the fetch offset is below the brokers' log start as the partition's copier last saw it (a log
-start only moves up), the answer is known before it comes: the partition is asked at an offset no
-log has, as with ``remote-preferred`` below, and its remote read starts as the request goes to the
-broker, whose answer then only decides whether the records are served (a fresh proxy's first record
-waited for the broker's round trip and the read in turn; proxy/partition_reads.py). A client the
-broker refuses costs the proxy those reads, and never gets their records.
+Where the offset is below the brokers' log start as the copier last saw it (it only moves up), or
+that is not known yet (a proxy just started), the remote read starts as the request goes to the
+broker, whose answer then decides whether its records are served (proxy/partition_reads.py): a
+refused client costs the proxy the read, never its records. The first case is asked as below.
 
 Remote record bytes in answers not yet written to their clients are bounded by
 ``proxy.remote.fetch.buffer.max.bytes``: a Fetch takes room for all its remote reads at once,
@@ -206,6 +204,7 @@ class TieredReads(Filter):
         # The remote tier's to serve, read as the request goes on, and the offset the broker is
         # asked at instead (its answer authorizes the read and carries the partition's log ends).
         preferred: dict[PartitionKey, int] = {}
+        maybe: set[PartitionKey] = set()  # asked as they are, read beside too
         for t in request["topics"]:
             for p in t["partitions"]:
                 key = (t[topic_field], p["partition"])
@@ -223,17 +222,17 @@ class TieredReads(Filter):
                 log_start, high_watermark = (copier.log_start, copier.high_watermark) if copier else (-1, -1)
                 if self.remote_preferred or offset < log_start:
                     preferred[key] = high_watermark if high_watermark >= max(offset, 0) else _NO_SUCH_OFFSET
+                elif copier and log_start < 0:
+                    maybe.add(key)  # not seen yet: read in case the broker answers OFFSET_OUT_OF_RANGE
         if not wanted:
             return  # no tiered partition: the broker's answer stands
         if preferred:
-            # Partitions the remote tier will serve are asked at the log end as the copier last
-            # saw it, for one byte: the broker still checks the client may read them, answers their
-            # high watermark and last stable offset, and reads (almost) nothing from its disks.
-            # Where that end is unknown, at an offset no log has: OFFSET_OUT_OF_RANGE, whose -1s
-            # make the proxy ask the log ends beside the read. (Copies: the partition entries may
-            # be a fetch session's own.) No last fetched epoch either (v12+): the broker would find
-            # the client's epoch ending below the probe and answer a diverging epoch, which makes
-            # the client throw the remote records away and fetch them again, forever (kafka-python did).
+            # Asked at the log end the copier saw, for a byte: the broker checks the client may
+            # read them and answers their log ends from (almost) nothing on its disks; where that
+            # end is unknown, at an offset no log has (its -1s: the log ends are asked beside).
+            # No last fetched epoch (v12+): the broker would answer a diverging epoch below the
+            # probe, and the client drop the remote records and fetch them again, forever.
+            # (Copies: the partition entries may be a fetch session's own.)
             for t in request["topics"]:
                 t["partitions"] = [
                     {**p, "fetch_offset": preferred[key], "last_fetched_epoch": -1, "partition_max_bytes": 1}
@@ -247,11 +246,10 @@ class TieredReads(Filter):
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
         early = None
-        if preferred and ctx.start_soon is not None:
-            # Read while the broker is asked: its answer (an authorization check, in effect) only
-            # decides whether the records are served. A cold first read waited for both in turn.
-            early = self.reads.start(ctx.start_soon, ctx.held, [(key, *wanted[key]) for key in preferred],
-                                     budget, read_committed,
+        if (preferred or maybe) and ctx.start_soon is not None:
+            # Read while the broker is asked (a fresh proxy's first record waited for one, then the other).
+            early = self.reads.start(ctx.start_soon, ctx.held, [(key, *wanted[key]) for key in [*preferred, *maybe]],
+                                     budget, read_committed, [wanted[key][0] for key in maybe] +
                                      [wanted[key][0] for key, probe in preferred.items() if probe == _NO_SUCH_OFFSET])
 
         async def rewrite(ctx: RequestContext, response: Message) -> None:
