@@ -172,13 +172,18 @@ def test_a_failed_read_is_not_cached_and_can_be_retried(tmp_path):
     assert cache.read(metadata, 0, 10) == log[:11]
 
 
+def _prefetching(tmp_path, monkeypatch, foreground_wait_s: float):  # type: ignore[no-untyped-def]
+    """A cache over 8 chunks of 1 KiB with two prefetch threads that wait at most ``foreground_wait_s``."""
+    monkeypatch.setattr("tiering.read.chunk_cache._FOREGROUND_WAIT_S", foreground_wait_s)
+    storage, metadata, log = _stored(tmp_path, 8 * 1024)
+    return storage, metadata, log, ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+
+
 def test_fetching_ahead_waits_while_reads_a_client_waits_for_run(tmp_path, monkeypatch):
     """Counted, not timed: no chunk is fetched ahead inside ``foreground`` (its bound made long
     here), and those the read asked for follow once it is over. On one CPU they had held the
     interpreter from the thread that sends the answer (4-7 ms of a fresh proxy's first Fetch)."""
-    monkeypatch.setattr("tiering.read.chunk_cache._FOREGROUND_WAIT_S", 30.0)
-    storage, metadata, log = _stored(tmp_path, 8 * 1024)
-    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+    storage, metadata, log, cache = _prefetching(tmp_path, monkeypatch, foreground_wait_s=30.0)
     try:
         with cache.foreground():
             assert cache.read(metadata, 0, 99) == log[:100]
@@ -194,9 +199,7 @@ def test_fetching_ahead_waits_while_reads_a_client_waits_for_run(tmp_path, monke
 
 def test_fetching_ahead_waits_for_reads_a_bounded_time(tmp_path, monkeypatch):
     """A proxy always reading holds fetching ahead off no longer than the bound each time."""
-    monkeypatch.setattr("tiering.read.chunk_cache._FOREGROUND_WAIT_S", 0.05)
-    storage, metadata, log = _stored(tmp_path, 8 * 1024)
-    cache = ChunkCache(storage, max_bytes=1 << 20, chunk_bytes=1024, prefetch_threads=2)
+    _, metadata, log, cache = _prefetching(tmp_path, monkeypatch, foreground_wait_s=0.05)
     try:
         with cache.foreground():
             assert cache.read(metadata, 0, 99) == log[:100]
