@@ -148,8 +148,8 @@ class ProxyCollector(Collector):
                                       value=reads.not_available)
             yield CounterMetricFamily("tiered_proxy_remote_reads_beside_broker",
                                       "Fetch partitions read from the remote tier while the broker was asked, not "
-                                      "after it answered (offsets below its log start as last seen, or "
-                                      "remote-preferred)", value=reads.read_beside_broker)
+                                      "after it answered (offsets below its log start as last seen or not seen "
+                                      "yet, or remote-preferred)", value=reads.read_beside_broker)
             yield CounterMetricFamily("tiered_proxy_remote_read_log_end_questions",
                                       "Questions to the brokers of the log ends of partitions answered from the "
                                       "remote tier (where the Fetch's own answer had none)",
