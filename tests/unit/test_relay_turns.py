@@ -208,7 +208,7 @@ def test_answers_relayed_into_one_connection_share_one_pipe(monkeypatch: pytest.
 def test_a_relay_sends_its_first_bytes_after_a_small_first_move(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counted: the relay's first move from the broker's socket into the pipe asks for at most
     _FIRST_SPLICE_BYTES, and what it moved goes out to the client before anything more comes in.
-    Moving a whole MiB in first put some 40 us more before a 3 MiB answer's first byte (pinned).
+    Moving a whole MiB in first put some 25 us more before a 3 MiB answer's first byte (pinned).
     The moves after it take what the pipe holds."""
     pipe_ends: set[int] = set()
     moves: list[tuple[str, int]] = []
