@@ -113,11 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--topic", help="only this topic")
     _add_command_config(describe)
     describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
-    segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store, with "
-                                                "their states and KIP-917 custom metadata")
-    segments.add_argument("--metadata", required=True, metavar="URI",
-                          help="the proxy's store, as a URI: file:///ABSOLUTE/DATA_DIR/metadata or "
-                               "topic://__remote_log_metadata (a bare path is refused)")
+    segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store (or the "
+                                                "remote tier's own manifests), with their states and KIP-917 "
+                                                "custom metadata")
+    source = segments.add_mutually_exclusive_group(required=True)
+    source.add_argument("--metadata", metavar="URI",
+                        help="the proxy's store, as a URI: file:///ABSOLUTE/DATA_DIR/metadata or "
+                             "topic://__remote_log_metadata (a bare path is refused)")
+    source.add_argument("--remote", metavar="URI",
+                        help="the remote tier alone (file:///PATH or s3://BUCKET/PREFIX): read its manifests, "
+                             "no cluster or store needed; S3 settings come from --command-config")
     segments.add_argument("--bootstrap-servers", metavar="HOST:PORT", help="for a topic:// store")
     segments.add_argument("--topic", help="only this topic")
     _add_command_config(segments)
@@ -192,13 +197,18 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 0
         if args.command == "segments":
-            from proxy.segments import format_segments, load_segments
+            from proxy.segments import format_segments, load_bucket_segments, load_segments
             from tiering.broker_client import BrokerClientError
+            from tiering.storage.api import RemoteStorageError
 
             try:
-                segments = load_segments(args.metadata, args.bootstrap_servers, _command_config(args)[1])
+                if args.remote is not None:
+                    segments, summary = load_bucket_segments(args.remote, _command_config(args)[0])
+                    print(summary, file=sys.stderr)
+                else:
+                    segments = load_segments(args.metadata, args.bootstrap_servers, _command_config(args)[1])
                 print(format_segments(segments, args.topic))
-            except BrokerClientError as e:  # a topic:// store's cluster did not answer
+            except (BrokerClientError, RemoteStorageError) as e:  # the cluster or the remote tier did not answer
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
             return 0

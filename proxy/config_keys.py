@@ -22,6 +22,7 @@ from proxy.config import ConfigError
 from tiering import client_security, service
 from tiering.client_security import UPSTREAM_PREFIX
 from tiering.config import TieringConfig
+from tiering.metadata import manifests
 from tiering.metadata import uri as metadata_uri
 from tiering.storage import api as storage_api
 from tiering.storage import uri as storage_uri
@@ -82,7 +83,8 @@ PROXY = Group("Proxy", ("proxy/config.py",), "running-the-proxy.md", (
         "warning naming the closest known key)"),
 ))
 
-SERVICE = Group("Remote tier and metadata store", ("tiering/service.py",), "operating-tiering.md#tiering", (
+SERVICE = Group("Remote tier and metadata store", ("tiering/service.py", "tiering/metadata/manifests.py"),
+                "operating-tiering.md#tiering", (
     Key(service.DATA_DIR_CONFIG, f"`{service.DEFAULT_DATA_DIR}`",
         "`--data-dir`: spool files, data-loss gap log, embedded stores"),
     Key(service.STORAGE_URI_CONFIG, "`file://DATA_DIR/remote`",
@@ -97,6 +99,9 @@ SERVICE = Group("Remote tier and metadata store", ("tiering/service.py",), "oper
         "instance copies every partition (one instance only); `none`: it copies nothing and only serves"),
     Key(service.GROUP_ID_CONFIG, "`tiered-proxy-remote-log-manager`", "the group the instances join"),
     Key(service.GROUP_SESSION_TIMEOUT_CONFIG, "`10000`", "how soon a dead instance's partitions move"),
+    Key(manifests.MANIFEST_INTERVAL_CONFIG, f"`{manifests.DEFAULT_MANIFEST_INTERVAL_MS}`",
+        "longest wait before the remote tier's manifests (its own description, read by `segments --remote`) "
+        "follow a metadata write; at most one PUT per changed partition per interval"),
 ))
 
 _TIERING = TieringConfig.KEYS

@@ -26,10 +26,12 @@ from tiering.client_security import ClientSecurity
 from tiering.config import STORAGE_URI_CONFIG, TieringConfig, require_uri
 from tiering.copy.manager import RemoteLogManager
 from tiering.metadata.manager import RemoteLogMetadataManager
+from tiering.metadata.manifests import DEFAULT_MANIFEST_INTERVAL_MS, MANIFEST_INTERVAL_CONFIG, ManifestWriter
 from tiering.metadata.remote_tier_record import check_remote_tier
 from tiering.metadata.uri import metadata_from_uri
 from tiering.storage.api import RemoteStorageManager
 from tiering.storage.local_folder import LocalFolderStorage
+from tiering.storage.object_layout import ObjectStorage
 from tiering.storage.uri import storage_from_uri
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class TieringService:
     storage_uri: str = ""
     metadata_uri: str = ""
     ownership: object | None = None  # GroupOwnership when instances share a metadata topic
+    manifests: ManifestWriter | None = None  # the bucket's description of itself (our stores only)
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, props: Mapping[str, object]) -> TieringService | None:
@@ -150,17 +153,25 @@ class TieringService:
                                              manager.wake()),
                 security=security)
             manager.owns = ownership.owns
+        manifests = None
+        if isinstance(storage, ObjectStorage):
+            interval = int(str(props.get(MANIFEST_INTERVAL_CONFIG) or DEFAULT_MANIFEST_INTERVAL_MS))
+            manifests = ManifestWriter(storage, metadata, interval_ms=interval)
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")
-        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership)
+        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests)
 
     def start(self) -> None:
+        if self.manifests is not None:
+            self.manifests.start()
         self.manager.start()
 
     def stop(self) -> None:
         if self.ownership is not None:
             self.ownership.close()  # type: ignore[attr-defined]
         self.manager.stop()
+        if self.manifests is not None:
+            self.manifests.close()  # what the copiers wrote last is described before the store closes
         self.metadata.close()
         requests, failures, read, written = self.storage.requests.snapshot()
         log.info("remote tier requests: %s; failed %d; bytes read %d, written %d",

@@ -14,9 +14,10 @@ reader calls in from its own threads.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
@@ -30,6 +31,8 @@ from tiering.model import (
     TopicIdPartition,
     TopicTieringState,
 )
+
+log = logging.getLogger(__name__)
 
 
 class FencedError(Exception):
@@ -50,6 +53,12 @@ class RemoteLogMetadataManager(ABC):
         self._state = MetadataState()
         self._leaders: set[TopicIdPartition] = set()
         self._followers: set[TopicIdPartition] = set()
+        self._write_listeners: list[Callable[[RemoteLogMetadata], None]] = []
+
+    def add_write_listener(self, listener: Callable[[RemoteLogMetadata], None]) -> None:
+        """Call ``listener`` with every record this instance writes, once it is applied (outside
+        the store's lock; a listener that raises is logged, the write stands)."""
+        self._write_listeners.append(listener)
 
     @abstractmethod
     def _persist(self, record: RemoteLogMetadata) -> None:
@@ -70,6 +79,11 @@ class RemoteLogMetadataManager(ABC):
         with self._lock:
             self._state.check(record)
             self._persist(record)
+        for listener in self._write_listeners:
+            try:
+                listener(record)
+            except Exception:
+                log.exception("metadata write listener %r failed on %s", listener, type(record).__name__)
 
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Record a segment whose copy is starting (state COPY_SEGMENT_STARTED)."""
@@ -207,6 +221,11 @@ class RemoteLogMetadataManager(ABC):
     def partitions(self) -> list[TopicIdPartition]:
         with self._lock:
             return sorted(self._state.partitions)
+
+    def partition_records(self, tp: TopicIdPartition) -> list[RemoteLogMetadata]:
+        """Records that rebuild ``tp``'s state (what the bucket's manifest of ``tp`` holds)."""
+        with self._lock:
+            return list(self._state.partition_records(tp))
 
     def readable_partitions(self) -> list[TopicIdPartition]:
         """Partitions whose remote data clients may read (see :meth:`MetadataState.readable_partitions`)."""

@@ -205,15 +205,22 @@ class MetadataState:
         """Records that rebuild this state when applied in order (for compaction/snapshots)."""
         for _, topic in sorted(self.topics.items()):
             yield topic
-        for tp, state in sorted(self.partitions.items()):
-            yield from sorted(state.segments.values(), key=lambda s: (s.start_offset, s.segment_id.id))
-            if state.delete_state is not None:
-                yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
-            if state.log_start_offset > 0:
-                yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
-            for first, last in state.data_loss:
-                yield RemoteLogDataLoss(tp, first, last, 0)
-            yield from state.divergences
+        for tp in sorted(self.partitions):
+            yield from self.partition_records(tp)
+
+    def partition_records(self, tp: TopicIdPartition) -> Iterator[RemoteLogMetadata]:
+        """Records that rebuild ``tp``'s state when applied in order (none if it has none)."""
+        state = self.partitions.get(tp)
+        if state is None:
+            return
+        yield from sorted(state.segments.values(), key=lambda s: (s.start_offset, s.segment_id.id))
+        if state.delete_state is not None:
+            yield RemotePartitionDeleteMetadata(tp, state.delete_state, 0, -1)
+        if state.log_start_offset > 0:
+            yield RemoteLogStartOffset(tp, state.log_start_offset, 0)
+        for first, last in state.data_loss:
+            yield RemoteLogDataLoss(tp, first, last, 0)
+        yield from state.divergences
 
     # --- queries ---------------------------------------------------------------------------
 

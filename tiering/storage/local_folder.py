@@ -144,6 +144,23 @@ class LocalFolderStorage(ObjectStorage):
             with _os_errors("sync", str(directory), reading=False):
                 _fsync_dir(directory)
 
+    def _list(self, start: str) -> tuple[list[str], list[str]]:
+        keys: list[str] = []
+        directories: list[str] = []
+        with self._counted("LIST"), _os_errors("list", start):
+            try:
+                entries = sorted(os.scandir(self.path_of(start) if start else self.root), key=lambda e: e.name)
+            except FileNotFoundError:
+                return keys, directories
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # a write's temporary file, never an object
+                if entry.is_dir():
+                    directories.append(f"{start}{entry.name}/")
+                else:
+                    keys.append(f"{start}{entry.name}")
+        return keys, directories
+
 
 @contextmanager
 def _suppress_os_errors() -> Iterator[None]:

@@ -147,7 +147,35 @@ class ObjectStorage(RemoteStorageManager):
         self._delete_keys(keys[:1])
         self._delete_keys(keys[1:])
 
-    # The four primitives count the requests they send in ``self.requests`` (bytes are counted above).
+    # Whole objects outside the segment layout (the bucket's manifests, tiering.metadata.manifests),
+    # by keys relative to the configured prefix.
+
+    def key(self, relative: str) -> str:
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def write_object(self, relative: str, body: bytes) -> None:
+        self._check_open()
+        self._put(self.key(relative), body)
+        self.requests.moved(written=len(body))
+
+    def read_object(self, relative: str) -> bytes:
+        """One whole object; RemoteResourceNotFoundError if absent."""
+        self._check_open()
+        data = self._get(self.key(relative))
+        self.requests.moved(read=len(data))
+        return data
+
+    def list_directory(self, relative: str) -> tuple[list[str], list[str]]:
+        """The object names and the subdirectory names directly under ``relative`` ("" for the
+        top), each without the directory part."""
+        self._check_open()
+        directory = self.key(relative).rstrip("/")
+        start = f"{directory}/" if directory else ""
+        keys, directories = self._list(start)
+        return ([k[len(start):] for k in keys],
+                [d[len(start):].rstrip("/") for d in directories])
+
+    # The five primitives count the requests they send in ``self.requests`` (bytes are counted above).
 
     @abstractmethod
     def _put(self, key: str, body: bytes | memoryview) -> None:
@@ -165,3 +193,8 @@ class ObjectStorage(RemoteStorageManager):
     @abstractmethod
     def _delete_keys(self, keys: list[str]) -> None:
         """Deletes the objects; absent ones are fine."""
+
+    @abstractmethod
+    def _list(self, start: str) -> tuple[list[str], list[str]]:
+        """The keys of the objects directly under ``start`` (empty, or ending in ``/``) and the
+        prefixes of its subdirectories (each ending in ``/``), both in full; empty if none."""

@@ -290,6 +290,16 @@ class S3Storage(ObjectStorage):
                     retriable=any(err.get("Code") in _RETRIABLE_S3_CODES for err in errors),
                 )
 
+    def _list(self, start: str) -> tuple[list[str], list[str]]:
+        keys: list[str] = []
+        directories: list[str] = []
+        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=start, Delimiter="/")
+        with _s3_errors("list", self.bucket, start):
+            for page in pages:  # one LIST request per 1,000 names
+                keys.extend(item["Key"] for item in page.get("Contents") or ())
+                directories.extend(item["Prefix"] for item in page.get("CommonPrefixes") or ())
+        return keys, directories
+
     def _close(self) -> None:
         if self._owns_client:
             self._client.close()
