@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from proxy.config import ConfigError
-from tiering import client_security, service
+from tiering import archive, client_security, service
 from tiering.client_security import UPSTREAM_PREFIX
 from tiering.config import TieringConfig
 from tiering.metadata import manifests
@@ -83,7 +83,7 @@ PROXY = Group("Proxy", ("proxy/config.py",), "running-the-proxy.md", (
         "warning naming the closest known key)"),
 ))
 
-SERVICE = Group("Remote tier and metadata store", ("tiering/service.py", "tiering/metadata/manifests.py"),
+SERVICE = Group("Remote tier and metadata store", ("tiering/service.py", "tiering/metadata/manifests.py", "tiering/archive.py"),
                 "operating-tiering.md#tiering", (
     Key(service.DATA_DIR_CONFIG, f"`{service.DEFAULT_DATA_DIR}`",
         "`--data-dir`: spool files, data-loss gap log, embedded stores"),
@@ -99,6 +99,12 @@ SERVICE = Group("Remote tier and metadata store", ("tiering/service.py", "tierin
         "instance copies every partition (one instance only); `none`: it copies nothing and only serves"),
     Key(service.GROUP_ID_CONFIG, "`tiered-proxy-remote-log-manager`", "the group the instances join"),
     Key(service.GROUP_SESSION_TIMEOUT_CONFIG, "`10000`", "how soon a dead instance's partitions move"),
+    Key(archive.ARCHIVED_TOPICS_CONFIG, "(none)",
+        "topics served read-only from the remote tier while the cluster has no topic of the name "
+        "(comma-separated, or `*` for every topic the remote tier describes); their remote data is "
+        "kept when they leave the cluster"),
+    Key(archive.ARCHIVE_REFRESH_CONFIG, f"`{archive.DEFAULT_ARCHIVE_REFRESH_MS}`",
+        "how often the archived topics' index is read again from the remote tier's manifests"),
     Key(manifests.MANIFEST_INTERVAL_CONFIG, f"`{manifests.DEFAULT_MANIFEST_INTERVAL_MS}`",
         "longest wait before the remote tier's manifests (its own description, read by `segments --remote`) "
         "follow a metadata write; at most one PUT per changed partition per interval"),

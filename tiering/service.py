@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tiering.archive import Archive
 from tiering.client_security import ClientSecurity
 from tiering.config import STORAGE_URI_CONFIG, TieringConfig, require_uri
 from tiering.copy.manager import RemoteLogManager
@@ -122,6 +123,7 @@ class TieringService:
     metadata_uri: str = ""
     ownership: object | None = None  # GroupOwnership when instances share a metadata topic
     manifests: ManifestWriter | None = None  # the bucket's description of itself (our stores only)
+    archive: Archive | None = None  # the archived topics (proxy.archived.topics) of the remote tier
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, props: Mapping[str, object]) -> TieringService | None:
@@ -153,23 +155,30 @@ class TieringService:
                                              manager.wake()),
                 security=security)
             manager.owns = ownership.owns
-        manifests = None
+        manifests = archive = None
         if isinstance(storage, ObjectStorage):
             interval = int(str(props.get(MANIFEST_INTERVAL_CONFIG) or DEFAULT_MANIFEST_INTERVAL_MS))
             manifests = ManifestWriter(storage, metadata, interval_ms=interval)
+            archive = Archive.from_properties(storage, props, lambda: manager.cluster_topics)
+            if archive is not None:
+                manager.keeps_remote = archive.named
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")
-        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests)
+        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests, archive)
 
     def start(self) -> None:
         if self.manifests is not None:
             self.manifests.start()
+        if self.archive is not None:
+            self.archive.start()
         self.manager.start()
 
     def stop(self) -> None:
         if self.ownership is not None:
             self.ownership.close()  # type: ignore[attr-defined]
         self.manager.stop()
+        if self.archive is not None:
+            self.archive.close()
         if self.manifests is not None:
             self.manifests.close()  # what the copiers wrote last is described before the store closes
         self.metadata.close()

@@ -9,8 +9,10 @@ back through the response hooks they registered in the reverse order:
 3. ``address-rewriting``: the proxy's listeners in every answer that names a broker. Always.
 4. ``fetch-sessions``: clients' fetch sessions end at the proxy; the broker gets sessionless full
    fetches. With tiering.
-5. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
-6. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
+5. ``archived-topics``: topics the cluster no longer has, served read-only from the remote tier.
+   With ``proxy.archived.topics``.
+6. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
+7. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
    DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
 
 Only this module (and the entry points that call it) knows the filters; filters never import one
@@ -22,6 +24,7 @@ from __future__ import annotations
 from proxy.chain import Filter
 from proxy.config import ProxyConfig
 from proxy.filters.address_rewriting import AddressRewriting
+from proxy.filters.archived_topics import ArchivedTopics
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
 from proxy.filters.tiered_reads import TieredReads
@@ -40,5 +43,8 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
         chain.append(RequestValidation())
     chain.append(AddressRewriting())
     if tiering is not None and reads is not None:
-        chain += [FetchSessions(config.extra), reads, TopicAdmin(config, tiering, reads.reader)]
+        chain.append(FetchSessions(config.extra))
+        if tiering.archive is not None:
+            chain.append(ArchivedTopics(tiering.archive, *reads.archive_reads(tiering.archive.store)))
+        chain += [reads, TopicAdmin(config, tiering, reads.reader)]
     return chain

@@ -58,8 +58,8 @@ from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from proxy.partition_reads import EarlyReads, FetchReads, PartitionKey, ReadEntry
 from proxy.topic_counters import TopicCounters
+from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import TopicIdPartition
-from tiering.read.chunk_cache import PREFETCH_MAX_CHUNKS, PREFETCH_THREADS
 from tiering.read.reader import RemoteReader, earliest_offset
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError
@@ -107,13 +107,9 @@ class TieredReads(Filter):
 
     def __init__(self, tiering: TieringService, props: Mapping[str, str]) -> None:
         self.tiering = tiering
-        self.reader = RemoteReader(tiering.metadata, tiering.storage,
-                                   _int(props, "remote.log.index.file.cache.total.size.bytes", 1 << 30),
-                                   chunk_cache_bytes=_int(props, "remote.log.chunk.cache.size.bytes", 120 << 20),
-                                   chunk_bytes=_int(props, "remote.log.chunk.size.bytes", 1 << 20),
-                                   prefetch_threads=_int(props, "remote.log.chunk.prefetch.threads", PREFETCH_THREADS),
-                                   local_aborted=tiering.manager.questions.aborted_transactions_at,
-                                   prefetch_max_chunks=_int(props, "remote.log.chunk.prefetch.max.chunks", PREFETCH_MAX_CHUNKS))
+        self.props = props
+        self.reader = RemoteReader.from_properties(tiering.metadata, tiering.storage, props,
+                                                   tiering.manager.questions.aborted_transactions_at)
         self.limiter = trio.CapacityLimiter(_int(props, "remote.log.reader.threads", 10))
         # Remote record bytes in answers not yet written: views that may outlive their chunk's
         # place in the cache, so they are bounded apart from it.
@@ -148,6 +144,13 @@ class TieredReads(Filter):
 
     def start(self, core: Core) -> None:
         core.metrics.budgets.append(self.buffer)
+
+    def archive_reads(self, store: RemoteLogMetadataManager) -> tuple[RemoteReader, FetchReads, ErrorCode]:
+        """Reads of archived topics' segments: a reader of its own over ``store``, sharing this
+        filter's threads, remote fetch buffer and wait (they have no log ends to ask of brokers)."""
+        reader = RemoteReader.from_properties(store, self.tiering.storage, self.props)
+        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {}), \
+            self.not_available_code
 
     @property
     def log_end_questions(self) -> int:

@@ -7,8 +7,8 @@ but has no tiered storage of its own; a broker's default never counts, see
 ``BrokerTopicConfigs``), or of every non-compacted topic under ``proxy.tier.all.topics``, and run
 the due copiers on ``remote.log.manager.thread.pool.size`` worker threads. Topics the brokers tier
 themselves are theirs (``tiering.topic_owner``): never copied, trimmed or expired here. A round
-waits for its passes, so a copier never runs twice at once. The manager
-runs on its own thread, apart from the proxy's event loop: client traffic never waits for it.
+waits for its passes, so a copier never runs twice at once. The manager runs on its own thread,
+apart from the proxy's event loop: client traffic never waits for it.
 """
 
 from __future__ import annotations
@@ -74,15 +74,16 @@ class RemoteLogManager:
         # The remote reads' questions to the brokers; learns the leaders from each round's Metadata.
         self.questions = BrokerQuestions(bootstrap_servers, self.security)
         self._pool = ThreadPoolExecutor(config.thread_pool_size, thread_name_prefix="rlm-copier")
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
         self._missing: dict[str, float] = {}  # topic with remote data -> when listings stopped showing it
         self._lifecycle_tasks: list[Callable[[], None]] = []
         self._ids_lock = threading.Lock()
-        self._busy = 0
-        self._busy_lock = threading.Lock()
+        # The cluster's topics as last read (a new dict each round), and archives' names (kept).
+        self.cluster_topics: dict[str, uuid.UUID] | None = None
+        self.keeps_remote: Callable[[str], bool] = lambda name: False
+        self._busy, self._busy_lock = 0, threading.Lock()
         self._round_lock = threading.Lock()  # a round, or a release of partitions, at a time
         # Who tiers each topic the last round described, and the topics the brokers tier or still
         # hold remote data of (replaced whole each round: other threads read them).
@@ -144,9 +145,8 @@ class RemoteLogManager:
 
         # Passes under way end at their next fetch: a revoke waited for whole passes (39 s under
         # steady production), past the group's session (issue 27).
-        for tp, copier in list(self.copiers.items()):
-            if released(tp):
-                copier.interrupted = True
+        for tp in filter(released, list(self.copiers)):
+            self.copiers[tp].interrupted = True
         with self._round_lock:
             self._stop_copiers(released)
 
@@ -157,8 +157,8 @@ class RemoteLogManager:
         due = [c for c in self.copiers.values() if c.due()]
         # Disablements and partition deletes share the pool with the copiers (never the same
         # partition: _refresh took those copiers away), so slow deletes hold up no other topic.
-        futures = [self._pool.submit(task) for task in self._lifecycle_tasks]
-        futures += [self._pool.submit(self._run_copier, c) for c in due]
+        futures = [self._pool.submit(task) for task in self._lifecycle_tasks] + [
+            self._pool.submit(self._run_copier, c) for c in due]
         wait(futures)
         for f in futures:
             if f.exception() is not None:
@@ -170,10 +170,9 @@ class RemoteLogManager:
 
     def _client(self) -> BrokerClient:
         """The copier thread's own client."""
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self._new_client()
-        return client
+        if getattr(self._local, "client", None) is None:
+            self._local.client = self._new_client()
+        return self._local.client  # type: ignore[no-any-return]
 
     def _new_client(self) -> BrokerClient:
         client = BrokerClient(self.bootstrap_servers, security=self.security)
@@ -205,6 +204,7 @@ class RemoteLogManager:
             log.warning("cannot read cluster metadata for tiering: %s", exc)
             return False
         self.questions.learn_leaders(topics)
+        self.cluster_topics = {name: t.topic_id for name, t in topics.items()}
         self._notice_vanished_topics(topics)
         # Asked only where a topic sets remote.storage.enable=true at the brokers; the last answer
         # stands while they cannot say (a broker restarting must not turn topics over).
@@ -272,8 +272,7 @@ class RemoteLogManager:
                 copier = self.copiers[tp] = PartitionCopier(
                     tp, leader, settings, rlmm=self.rlmm, rsm=self.rsm, spool_dir=self.data_dir / "spool",
                     metrics=self.metrics, gaps=self.gaps, fetch_max_bytes=self.config.copier_fetch_max_bytes,
-                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id,
-                    leader_epoch=leader_epoch)
+                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id, leader_epoch=leader_epoch)
                 new.append(tp)
             copier.follow(leader, leader_epoch)
             copier.settings = settings
@@ -422,7 +421,8 @@ class RemoteLogManager:
             info = topics.get(name)
             if info is None:
                 since = missing[name] = self._missing.get(name, now)
-                if now - since >= self.config.deleted_topic_grace_ms / 1000 and name in self._missing:
+                if now - since >= self.config.deleted_topic_grace_ms / 1000 and name in self._missing \
+                        and not self.keeps_remote(name):  # an archive's remote data is kept
                     log.warning("topic %s has been gone from the cluster for %.0fs: deleting its remote data",
                                 name, now - since)
                     self.mark_topic_deleted(name)

@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from protocol.record_batch import HEADER_SIZE, read_header
@@ -88,6 +88,21 @@ class RemoteReader:
         self.chunks = ChunkCache(rsm, chunk_cache_bytes, chunk_bytes, prefetch_threads, self._next_segment,
                                  prefetch_max_chunks) \
             if chunk_cache_bytes > 0 else None
+
+    @classmethod
+    def from_properties(cls, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, props: Mapping[str, str],
+                        local_aborted: LocalAborted | None = None) -> RemoteReader:
+        """A reader with the caches and prefetching the ``remote.log.*`` keys of ``props`` size."""
+        def setting(key: str, default: int) -> int:
+            value = props.get(key)
+            return int(value) if value not in (None, "") else default
+
+        return cls(rlmm, rsm, setting("remote.log.index.file.cache.total.size.bytes", 1 << 30),
+                   chunk_cache_bytes=setting("remote.log.chunk.cache.size.bytes", 120 << 20),
+                   chunk_bytes=setting("remote.log.chunk.size.bytes", 1 << 20),
+                   prefetch_threads=setting("remote.log.chunk.prefetch.threads", PREFETCH_THREADS),
+                   local_aborted=local_aborted,
+                   prefetch_max_chunks=setting("remote.log.chunk.prefetch.max.chunks", PREFETCH_MAX_CHUNKS))
 
     def close(self) -> None:
         if self.chunks is not None:

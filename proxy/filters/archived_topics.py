@@ -1,0 +1,328 @@
+"""Archived topics (``tiering/archive.py``): history the cluster no longer has, served read-only
+from the remote tier.
+
+- **Metadata** lists them (leaders spread over the brokers' own node ids, so clients reach the
+  proxy's ports), and their names never reach the broker: a Metadata asking for one would
+  otherwise create it where ``auto.create.topics.enable`` is on.
+- **Fetch**: their partitions are taken out of the request the broker gets (when nothing is left
+  it gets an empty Fetch, which it answers at once, keeping the fetch sessions' bookkeeping in one
+  place) and answered from the remote tier, within the request's ``max_bytes`` and the remote fetch
+  buffer. Past the end (``Ry + 1``) a partition answers no records; a request of archived
+  partitions alone then waits its ``max_wait_ms``, as a broker holds a fetch with nothing new.
+- **ListOffsets** (-1 and -4 are ``Ry + 1``: there is no local log; -2 ``Rx``; -5 ``Ry``; -3 and
+  timestamps from the remote time indexes) and **OffsetForLeaderEpoch** come from the remote tier.
+- **Produce** to them is refused with TOPIC_AUTHORIZATION_FAILED, which clients do not retry, and
+  a message saying why; the rest of the request goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from protocol.apis import FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH, PRODUCE
+from protocol.errors import ErrorCode
+from proxy.chain import Answer, Filter, Message, RequestContext
+from proxy.partition_reads import FetchReads, PartitionKey, ReadEntry
+from tiering.archive import Archive, ArchivedTopic
+from tiering.model import TopicIdPartition
+from tiering.read.reader import RemoteReader
+
+log = logging.getLogger(__name__)
+
+_EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3, -4, -5
+_LONGEST_IDLE_WAIT_S = 30.0  # a client's max_wait_ms above this is not honoured in full
+
+
+class ArchivedTopics(Filter):
+    name = "archived-topics"
+    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE})
+
+    def __init__(self, archive: Archive, reader: RemoteReader, reads: FetchReads,
+                 not_available_code: ErrorCode) -> None:
+        self.archive = archive
+        self.reader = reader
+        self.reads = reads
+        self.not_available_code = not_available_code
+        self.fetches = 0  # archived partitions answered with records
+        self.fetch_bytes = 0
+        self.not_available = 0
+        self.produce_refused = 0
+
+    async def on_request(self, ctx: RequestContext) -> Answer | None:
+        topics = self.archive.topics()
+        if not topics:
+            return None
+        key = ctx.api.key
+        if key == METADATA:
+            self._on_metadata(ctx, topics)
+        elif key == FETCH:
+            self._on_fetch(ctx, topics)
+        elif key == LIST_OFFSETS:
+            self._on_list_offsets(ctx, topics)
+        elif key == OFFSET_FOR_LEADER_EPOCH:
+            self._on_offset_for_leader_epoch(ctx, topics)
+        else:
+            return self._on_produce(ctx, topics)
+        return None
+
+    def close(self) -> None:
+        log.info("archived topics: partitions read %d, bytes %d, tiered storage not available %d, produce refused %d",
+                 self.fetches, self.fetch_bytes, self.not_available, self.produce_refused)
+        self.reader.close()
+
+    def _ends(self, tp: TopicIdPartition) -> tuple[int | None, int | None]:
+        return self.reader.log_start(tp), self.reader.log_end(tp)
+
+    # --- Metadata --------------------------------------------------------------------------------
+
+    def _on_metadata(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+        if ctx.version < 1:
+            return  # v0's empty list means every topic: it cannot ask for none
+        request = ctx.request.body
+        if request["topics"] is None:
+            listed = list(topics.values())
+        else:
+            by_id = {t.topic_id.bytes: t for t in topics.values()}
+            listed, kept = [], []
+            for t in request["topics"]:
+                found = topics.get(t["name"]) if t.get("name") else by_id.get(t.get("topic_id"))
+                (kept if found is None else listed).append(t if found is None else found)
+            if not listed:
+                return
+            request["topics"] = kept
+            ctx.request.changed()
+
+        async def add(ctx: RequestContext, message: Message) -> None:
+            response = message.body
+            nodes = sorted(b["node_id"] for b in response["brokers"])
+            present = {t["name"] for t in response["topics"]}
+            if not nodes:
+                return
+            response["topics"] += [self._metadata_topic(t, nodes) for t in listed if t.name not in present]
+            message.changed()
+
+        ctx.on_response(add)
+
+    def _metadata_topic(self, topic: ArchivedTopic, nodes: list[int]) -> dict[str, Any]:
+        partitions = []
+        for p, tp in sorted(topic.partitions.items()):
+            leader = nodes[p % len(nodes)]
+            ry = self.reader.log_end(tp)
+            partitions.append({"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": leader,
+                               "leader_epoch": max(self.reader.leader_epoch_of(tp, ry), 0) if ry is not None else 0,
+                               "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []})
+        return {"error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id.bytes,
+                "is_internal": False, "partitions": partitions, "topic_authorized_operations": -2147483648}
+
+    # --- Fetch -----------------------------------------------------------------------------------
+
+    def _on_fetch(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+        version, request = ctx.version, ctx.request.body
+        replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
+        if version < 4 or replica >= 0:
+            return  # message formats v0-v1 (not held remotely), or replication
+        topic_field = "topic_id" if version >= 13 else "topic"
+        lookup = _lookup(topics, topic_field)
+        wanted: dict[PartitionKey, tuple[TopicIdPartition | None, int, int]] = {}
+        kept = []
+        for t in request["topics"]:
+            topic = lookup(t[topic_field])
+            if topic is None:
+                kept.append(t)
+                continue
+            for p in t["partitions"]:
+                wanted[(t[topic_field], p["partition"])] = (
+                    topic.partitions.get(p["partition"]), p["fetch_offset"], p["partition_max_bytes"])
+        if not wanted:
+            return
+        request["topics"] = kept
+        readable = {key for key, (tp, offset, _) in wanted.items() if tp is not None and _holds(self._ends(tp), offset)}
+        if readable:
+            request["min_bytes"] = 0  # the archive's records are there now: the broker must not hold them
+        ctx.request.changed()
+        budget = request.get("max_bytes", 0x7FFFFFFF)
+        read_committed = request.get("isolation_level", 0) == 1
+        idle_wait_s = min(request["max_wait_ms"], _LONGEST_IDLE_WAIT_S * 1000) / 1000 \
+            if not kept and request.get("min_bytes", 1) > 0 and not readable else 0.0
+
+        async def answer(ctx: RequestContext, message: Message) -> None:
+            response = message.body
+            if response.get("error_code", 0) != ErrorCode.NONE:
+                return
+            used = sum(len(p["records"]) for t in response["responses"] for p in t["partitions"]
+                       if p.get("records") is not None)
+            entries: list[ReadEntry] = [(key, tp, offset, limit) for key, (tp, offset, limit) in wanted.items()
+                                        if key in readable and tp is not None]
+            results, holding = await self.reads.read(ctx.held, entries, budget - used, read_committed, ends_for=()) \
+                if entries else ({}, None)
+            room, kept_bytes = budget - used, 0
+            by_topic: dict[str | bytes, list[dict[str, Any]]] = {}
+            for key, (tp, offset, _) in wanted.items():
+                p = self._fetch_partition(key, tp, offset, results.get(key), read_committed)
+                size = len(p["records"]) if p["records"] else 0
+                if size and not (size <= room or (kept_bytes == 0 and used == 0)):
+                    p["records"], p["aborted_transactions"] = b"", [] if read_committed else None
+                    size = 0
+                room, kept_bytes = room - size, kept_bytes + size
+                by_topic.setdefault(key[0], []).append(p)
+            if holding is not None:
+                holding.resize(min(holding.nbytes, kept_bytes))
+            for topic_key, partitions in by_topic.items():
+                entry = next((t for t in response["responses"] if t[topic_field] == topic_key), None)
+                if entry is None:
+                    response["responses"].append({topic_field: topic_key, "partitions": partitions})
+                else:
+                    entry["partitions"] += partitions
+            message.changed()
+            if idle_wait_s:
+                await trio.sleep(idle_wait_s)  # nothing new in an archive: the client's wait, as a broker's
+
+        ctx.on_response(answer)
+
+    def _fetch_partition(self, key: PartitionKey, tp: TopicIdPartition | None, offset: int, result: object,
+                         read_committed: bool) -> dict[str, Any]:
+        p: dict[str, Any] = {"partition_index": key[1], "error_code": ErrorCode.NONE, "high_watermark": -1,
+                             "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
+                             "aborted_transactions": [] if read_committed else None, "records": b""}
+        if tp is None:
+            p["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return p
+        rx, ry = self._ends(tp)
+        end = ry + 1 if ry is not None else 0
+        p["high_watermark"] = p["last_stable_offset"] = end
+        p["log_start_offset"] = rx if rx is not None else end
+        if offset == end:
+            return p  # caught up: nothing more will come
+        if not _holds((rx, ry), offset) or result is None:
+            p["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+        elif isinstance(result, BaseException):
+            self.not_available += 1
+            log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading archived %s at %d: %s", tp, offset, result)
+            p["error_code"] = self.not_available_code
+        else:
+            p["records"] = result.records  # type: ignore[attr-defined]
+            if read_committed:
+                p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first}
+                                             for pid, first in result.aborted]  # type: ignore[attr-defined]
+            self.fetches += 1
+            self.fetch_bytes += result.size  # type: ignore[attr-defined]
+        return p
+
+    # --- ListOffsets and OffsetForLeaderEpoch ----------------------------------------------------
+
+    def _on_list_offsets(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+        if ctx.version < 1:
+            return
+        request = ctx.request.body
+        asked = [t for t in request["topics"] if t["name"] in topics]
+        if not asked:
+            return
+        request["topics"] = [t for t in request["topics"] if t["name"] not in topics]
+        ctx.request.changed()
+
+        async def answer(ctx: RequestContext, message: Message) -> None:
+            for t in asked:
+                topic = topics[t["name"]]
+                message.body["topics"].append({"name": t["name"], "partitions": [
+                    await self._list_offset(topic.partitions.get(p["partition_index"]), p) for p in t["partitions"]]})
+            message.changed()
+
+        ctx.on_response(answer)
+
+    async def _list_offset(self, tp: TopicIdPartition | None, asked: dict[str, Any]) -> dict[str, Any]:
+        p: dict[str, Any] = {"partition_index": asked["partition_index"], "error_code": ErrorCode.NONE,
+                             "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
+        if tp is None:
+            p["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return p
+        rx, ry = self._ends(tp)
+        end = ry + 1 if ry is not None else 0
+        timestamp = asked["timestamp"]
+        found: tuple[int, int] | None = None
+        if timestamp in (_LATEST, _EARLIEST_LOCAL):
+            found = (end, -1)  # no local log: it would start where the remote tier ends
+        elif timestamp == _EARLIEST:
+            found = (rx if rx is not None else end, -1)
+        elif timestamp == _LATEST_TIERED:
+            found = (ry, -1) if ry is not None else None
+        elif timestamp == _MAX_TIMESTAMP or timestamp >= 0:
+            wanted = self.reader.max_timestamp(tp) if timestamp == _MAX_TIMESTAMP else timestamp
+            if wanted is not None:
+                found = await trio.to_thread.run_sync(self.reader.offset_for_timestamp, tp, wanted,
+                                                      limiter=self.reads.limiter)
+        if found is not None:
+            p["offset"], p["timestamp"] = found
+            p["leader_epoch"] = self.reader.leader_epoch_of(tp, found[0]) if found[0] < end else \
+                (self.reader.leader_epoch_of(tp, ry) if ry is not None else -1)
+        return p
+
+    def _on_offset_for_leader_epoch(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+        request = ctx.request.body
+        if request.get("replica_id", -1) >= 0:
+            return
+        asked = [t for t in request["topics"] if t["topic"] in topics]
+        if not asked:
+            return
+        request["topics"] = [t for t in request["topics"] if t["topic"] not in topics]
+        ctx.request.changed()
+
+        async def answer(ctx: RequestContext, message: Message) -> None:
+            for t in asked:
+                partitions = []
+                for p in t["partitions"]:
+                    tp = topics[t["topic"]].partitions.get(p["partition"])
+                    found = self.reader.end_offset_for_epoch(tp, p["leader_epoch"]) if tp is not None else None
+                    epoch, end = found if found is not None else (-1, -1)
+                    partitions.append({"partition": p["partition"], "leader_epoch": epoch, "end_offset": end,
+                                       "error_code": ErrorCode.NONE if tp is not None
+                                       else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+                message.body["topics"].append({"topic": t["topic"], "partitions": partitions})
+            message.changed()
+
+        ctx.on_response(answer)
+
+    # --- Produce ---------------------------------------------------------------------------------
+
+    def _on_produce(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> Answer | None:
+        version, request = ctx.version, ctx.request.body
+        topic_field = "topic_id" if version >= 13 else "name"
+        lookup = _lookup(topics, topic_field)
+        refused = [t for t in request["topic_data"] if lookup(t[topic_field]) is not None]
+        if not refused:
+            return None
+        request["topic_data"] = [t for t in request["topic_data"] if lookup(t[topic_field]) is None]
+        ctx.request.changed()
+        self.produce_refused += sum(len(t["partition_data"]) for t in refused)
+        answers = [{topic_field: t[topic_field], "partition_responses": [
+            {"index": p["index"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "base_offset": -1,
+             "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+             "error_message": f"topic {lookup(t[topic_field]).name} is archived: the proxy serves its history "  # type: ignore[union-attr]
+                              "from the remote tier, read-only (proxy.archived.topics)"}
+            for p in t["partition_data"]]} for t in refused]
+        if not request["topic_data"] and request["acks"] != 0:
+            return ctx.answer({"responses": answers, "throttle_time_ms": 0})
+
+        async def add(ctx: RequestContext, message: Message) -> None:
+            message.body["responses"] += answers
+            message.changed()
+
+        if request["acks"] != 0:
+            ctx.on_response(add)
+        return None
+
+
+def _holds(ends: tuple[int | None, int | None], offset: int) -> bool:
+    rx, ry = ends
+    return rx is not None and ry is not None and rx <= offset <= ry
+
+
+def _lookup(topics: dict[str, ArchivedTopic], field: str) -> Callable[[Any], ArchivedTopic | None]:
+    """Finds an archived topic as a message of this version names it: by name, or by id bytes."""
+    if field in ("topic", "name"):
+        return topics.get
+    by_id = {t.topic_id.bytes: t for t in topics.values()}
+    return by_id.get

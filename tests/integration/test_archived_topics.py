@@ -1,0 +1,131 @@
+"""Archived topics on Apache Kafka 4.4: a tiered topic deleted from the cluster behind the proxy's
+back stays readable through the proxy, every record once from offset 0, read-only; and after
+everything but the bucket is lost (cluster, data dir, metadata store), a fresh proxy in front of
+a fresh cluster serves it again from the bucket's manifests alone."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from protocol.apis import LIST_OFFSETS, PRODUCE
+from tests.clients import read_to_end
+from tests.integration.s3_server import new_bucket, s3_uri_args
+from tests.kafka_cluster import start_single
+from tests.proxy_process import ProxyProcess, start_proxy
+from tests.raw import RawClient
+from tests.tiering_checks import create_tiered_topic, message_number, produce_numbered, wait_until
+from tiering.broker_client import BrokerClient
+from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.state import MetadataState
+
+RECORDS, PARTITIONS = 4000, 2
+FAST = ("--set", "remote.log.manager.task.interval.ms=200", "--set", "proxy.manifest.interval.ms=300",
+        "--set", "proxy.archived.topics.refresh.interval.ms=500")
+
+
+def _tiered_to_end(data_dir, topic: str, client: BrokerClient) -> bool:
+    state = MetadataState()
+    path = data_dir / "metadata" / JOURNAL_NAME
+    for record in read_journal(path.read_bytes())[0] if path.exists() else ():
+        state.apply(record)
+    ends = {tp.partition: p.finished()[-1].end_offset for tp, p in state.partitions.items()
+            if tp.topic == topic and p.finished()}
+    info = client.metadata([topic]).get(topic)
+    return info is not None and len(ends) == PARTITIONS and all(
+        ends[p] + 1 >= client.list_offset(info.partitions[p].leader, topic, p, -1)[1] for p in range(PARTITIONS))
+
+
+def _listed(proxy: ProxyProcess, topic: str) -> bool:
+    try:
+        return topic in BrokerClient(proxy.bootstrap).metadata([topic])
+    except Exception:
+        return False
+
+
+def _read_every_record_once(proxy: ProxyProcess, topic: str) -> None:
+    got = read_to_end(proxy.bootstrap, topic, PARTITIONS, timeout=120)
+    numbers = sorted(message_number(r.value) for records in got.values() for r in records)
+    assert numbers == list(range(RECORDS))
+    for p, records in got.items():
+        assert [r.offset for r in records] == list(range(len(records))), p
+
+
+def _list_offset(proxy: ProxyProcess, topic: str, timestamp: int) -> int:
+    raw = RawClient(proxy.bootstrap)
+    try:
+        body = raw.request(LIST_OFFSETS, 9, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]})
+    finally:
+        raw.close()
+    [answer] = [p for t in body["topics"] if t["name"] == topic for p in t["partitions"]]
+    assert answer["error_code"] == 0, answer
+    return answer["offset"]
+
+
+def _remote(tier: str, tmp_path, s3_endpoint: str) -> tuple[str, ...]:
+    if tier == "s3":
+        return s3_uri_args(new_bucket(s3_endpoint), "archive", s3_endpoint)
+    return ("--remote", f"file://{tmp_path}/remote")
+
+
+@pytest.mark.parametrize("tier", ["local", "s3"])
+def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alone(kafka, tmp_path, unique_name,
+                                                                                  tier, s3_endpoint):
+    topic = unique_name
+    remote = _remote(tier, tmp_path, s3_endpoint)
+    data_dir = tmp_path / "data"
+    proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--data-dir", str(data_dir), *remote, *FAST,
+                        "--set", f"proxy.archived.topics={topic}")
+    client = BrokerClient(kafka.bootstrap)
+    try:
+        create_tiered_topic(proxy.bootstrap, topic, partitions=PARTITIONS)
+        produce_numbered(proxy.bootstrap, topic, 0, RECORDS, PARTITIONS)
+        assert wait_until(lambda: _tiered_to_end(data_dir, topic, client), 90), proxy.log_path.read_text()[-3000:]
+        time.sleep(1)  # the manifests follow the last write within proxy.manifest.interval.ms
+
+        # Deleted at the broker, behind the proxy's back: the proxy keeps its remote data and lists it.
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        admin.delete_topics([topic])[topic].result(30)
+        assert wait_until(lambda: topic not in client.metadata([topic]) and _listed(proxy, topic), 30)
+        assert topic not in client.metadata(None), "asking the proxy for the archive must not recreate it"
+        _read_every_record_once(proxy, topic)
+        offsets = {t: _list_offset(proxy, topic, t) for t in (-2, -1, -4, -5)}
+        assert offsets[-2] == 0 and offsets[-1] == offsets[-4] == offsets[-5] + 1 == RECORDS // PARTITIONS
+
+        producer = Producer({"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 10_000})
+        errors: list[object] = []
+        producer.produce(topic, b"nope", partition=0, on_delivery=lambda e, m: errors.append(e))
+        producer.flush(15)
+        assert len(errors) == 1 and errors[0] is not None and errors[0].code() == 29, errors  # not retried
+        raw = RawClient(proxy.bootstrap)  # the message librdkafka does not show
+        try:
+            answer = raw.request(PRODUCE, 9, {"acks": -1, "timeout_ms": 1000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 1, "records": None}]}]})
+        finally:
+            raw.close()
+        [refused] = answer["responses"][0]["partition_responses"]
+        assert refused["error_code"] == 29 and f"topic {topic} is archived" in refused["error_message"], refused
+        assert "has been gone from the cluster" not in proxy.log_path.read_text()
+    finally:
+        proxy.stop()
+        client.close()
+
+    # Everything but the bucket is lost: the cluster, the data dir and its metadata store.
+    shutil.rmtree(data_dir)
+    fresh = start_single(tmp_path / "fresh-kafka")
+    try:
+        again = start_proxy(fresh.bootstrap, tmp_path / "again", "--data-dir", str(tmp_path / "new-data"), *remote,
+                            *FAST, "--set", "proxy.archived.topics=*")
+        try:
+            assert wait_until(lambda: _listed(again, topic), 30), again.log_path.read_text()[-3000:]
+            _read_every_record_once(again, topic)
+        finally:
+            again.stop()
+    finally:
+        fresh.stop()
+
