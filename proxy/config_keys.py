@@ -158,6 +158,24 @@ STORAGE = Group("Object store", ("tiering/storage/uri.py", "tiering/storage/api.
         "`adaptive` (each throttling answer cuts the request rate of all the proxy's threads) or `standard`"),
 ))
 
+_REPLICA_KEYS = {own: key for key, own in archive.READ_REPLICA_STORAGE_KEYS.items()}
+READ_REPLICA = Group("Read replica of another cluster's remote tier", ("tiering/archive.py",), "when-the-cluster-is-gone.md", (
+    Key(archive.READ_REPLICA_STORAGE_CONFIG, "(none)",
+        "another cluster's remote tier, `file:///path` or `s3://bucket/prefix`, read and never written"),
+    Key(archive.READ_REPLICA_TOPICS_CONFIG, "(none: required with the URI)",
+        "its topics to serve, `NAME` or `NAME:LOCAL_NAME`, comma-separated; `*` for every one under its own name"),
+    Key(archive.READ_REPLICA_REFRESH_CONFIG, f"`{archive.DEFAULT_READ_REPLICA_REFRESH_MS}`",
+        "how often its manifests are read again: new segments show within this plus its proxies' "
+        "`proxy.manifest.interval.ms`"),
+    Key(_REPLICA_KEYS[storage_uri.S3_ENDPOINT_URL_CONFIG], "AWS", "its S3 endpoint"),
+    Key(_REPLICA_KEYS[storage_uri.S3_REGION_CONFIG], "boto3's default", "its S3 region"),
+    Key(_REPLICA_KEYS[storage_uri.S3_ACCESS_KEY_ID_CONFIG], "boto3's credential chain",
+        "its S3 access key (read and list rights are enough)"),
+    Key(_REPLICA_KEYS[storage_uri.S3_SECRET_ACCESS_KEY_CONFIG], "boto3's credential chain", "its S3 secret key"),
+    Key(_REPLICA_KEYS[storage_uri.S3_MAX_ATTEMPTS_CONFIG], "`5`", "requests per S3 operation"),
+    Key(_REPLICA_KEYS[storage_uri.S3_RETRY_MODE_CONFIG], "`adaptive`", "`adaptive` or `standard`"),
+))
+
 TIERED_READS = Group("Remote reads and fetch sessions", ("proxy/filters/tiered_reads.py", "proxy/filters/fetch_sessions.py"),
                      "operating-tiering.md#reads-from-the-remote-tier", (
     Key("remote.log.index.file.cache.total.size.bytes", "`1073741824` (1 GiB)", "bounds the remote index cache"),
@@ -207,7 +225,8 @@ UPSTREAM_SECURITY = Group(
             "`https` checks the brokers' host names; any other value (`\"\"`) skips the check"),
     ))
 
-GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, TIERED_READS, LISTENER_TLS, UPSTREAM_SECURITY)
+GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, READ_REPLICA, TIERED_READS, LISTENER_TLS,
+                             UPSTREAM_SECURITY)
 
 # The names of each group, as the product reads them.
 PROXY_KEYS = PROXY.names

@@ -6,28 +6,60 @@ topic the bucket describes. A named topic is archived while the cluster has no t
 (a live topic always wins a clash) and the bucket holds readable segments of it; its remote data
 is then never deleted for having left the cluster (``proxy.deleted.topic.grace.ms`` does not
 apply). The bucket's manifests are read again every ``proxy.archived.topics.refresh.interval.ms``.
+
+A **read replica** is the same thing over another cluster's remote tier, given read-only:
+``proxy.read.replica.remote.log.storage.uri`` (and its ``remote.log.storage.*`` keys under the
+same prefix) names it, ``proxy.read.replica.topics`` the topics to serve, as ``NAME`` or
+``NAME:LOCAL_NAME`` (``*``: every topic, under its own name), read again every
+``proxy.read.replica.refresh.interval.ms``. Nothing is ever written there: the index is read
+from the manifests, the segments by ranged GETs.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from tiering.config import require_uri
 from tiering.metadata.bucket_store import BucketIndexStore
 from tiering.model import TopicIdPartition
 from tiering.storage.object_layout import ObjectStorage
+from tiering.storage.uri import (
+    S3_ACCESS_KEY_ID_CONFIG,
+    S3_ENDPOINT_URL_CONFIG,
+    S3_MAX_ATTEMPTS_CONFIG,
+    S3_REGION_CONFIG,
+    S3_RETRY_MODE_CONFIG,
+    S3_SECRET_ACCESS_KEY_CONFIG,
+    storage_from_uri,
+)
 
 ARCHIVED_TOPICS_CONFIG = "proxy.archived.topics"
 ARCHIVE_REFRESH_CONFIG = "proxy.archived.topics.refresh.interval.ms"
 DEFAULT_ARCHIVE_REFRESH_MS = 30_000
+READ_REPLICA_STORAGE_CONFIG = "proxy.read.replica.remote.log.storage.uri"
+READ_REPLICA_TOPICS_CONFIG = "proxy.read.replica.topics"
+READ_REPLICA_REFRESH_CONFIG = "proxy.read.replica.refresh.interval.ms"
+DEFAULT_READ_REPLICA_REFRESH_MS = 10_000
+# The storage keys a read replica takes, each as the remote tier's own key it stands for.
+READ_REPLICA_STORAGE_KEYS = {
+    "proxy.read.replica.remote.log.storage.s3.endpoint.url": S3_ENDPOINT_URL_CONFIG,
+    "proxy.read.replica.remote.log.storage.s3.region": S3_REGION_CONFIG,
+    "proxy.read.replica.remote.log.storage.s3.access.key.id": S3_ACCESS_KEY_ID_CONFIG,
+    "proxy.read.replica.remote.log.storage.s3.secret.access.key": S3_SECRET_ACCESS_KEY_CONFIG,
+    "proxy.read.replica.remote.log.storage.s3.max.attempts": S3_MAX_ATTEMPTS_CONFIG,
+    "proxy.read.replica.remote.log.storage.s3.retry.mode": S3_RETRY_MODE_CONFIG,
+}
 
 
 @dataclass(frozen=True)
 class ArchivedTopic:
-    name: str
+    name: str  # as clients see it
     topic_id: uuid.UUID
-    partitions: dict[int, TopicIdPartition]
+    partitions: dict[int, TopicIdPartition]  # as the bucket names them (its topic name may differ)
 
 
 def archived_names(props: Mapping[str, object]) -> frozenset[str] | None:
@@ -41,14 +73,38 @@ def archived_names(props: Mapping[str, object]) -> frozenset[str] | None:
     return names
 
 
+def read_replica_topics(props: Mapping[str, object]) -> tuple[frozenset[str] | None, dict[str, str]]:
+    """(the bucket's topics ``proxy.read.replica.topics`` lists, None for ``*``; their local names)."""
+    text = str(props.get(READ_REPLICA_TOPICS_CONFIG) or "").strip()
+    if text == "*":
+        return None, {}
+    names: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        source, _, local = entry.partition(":")
+        if not source or source == "*" or (local == "" and ":" in entry):
+            raise ValueError(f"{READ_REPLICA_TOPICS_CONFIG}: {entry!r} is not NAME or NAME:LOCAL_NAME")
+        names[source] = local or source
+    if len(set(names.values())) < len(names):
+        raise ValueError(f"{READ_REPLICA_TOPICS_CONFIG}: two topics get the same local name")
+    if not names:
+        raise ValueError(f"{READ_REPLICA_TOPICS_CONFIG} names no topic (NAME[:LOCAL_NAME],... or *)")
+    return frozenset(names), names
+
+
 class Archive:
-    """The archived topics of one bucket, given the names the cluster has now."""
+    """The archived topics of one bucket, given the names the cluster has now: this proxy's own
+    (``writable`` storage, whose data it keeps), or a read replica's (another cluster's)."""
 
     def __init__(self, storage: ObjectStorage, names: frozenset[str] | None, refresh_interval_ms: int,
-                 cluster_topics: Callable[[], Mapping[str, uuid.UUID] | None]) -> None:
+                 cluster_topics: Callable[[], Mapping[str, uuid.UUID] | None], *,
+                 local_names: Mapping[str, str] | None = None, what: str = "archived topics",
+                 setting: str = ARCHIVE_REFRESH_CONFIG) -> None:
         if refresh_interval_ms < 1:
-            raise ValueError(f"{ARCHIVE_REFRESH_CONFIG} must be positive, got {refresh_interval_ms}")
+            raise ValueError(f"{setting} must be positive, got {refresh_interval_ms}")
         self.names = names
+        self.local_names = dict(local_names or {})
+        self.what = what
+        self.storage = storage
         self.store = BucketIndexStore(storage, refresh_interval_ms / 1000)
         self._cluster_topics = cluster_topics
         self._made_from: tuple[object, object] | None = None
@@ -62,6 +118,26 @@ class Archive:
             return None
         interval = int(str(props.get(ARCHIVE_REFRESH_CONFIG) or DEFAULT_ARCHIVE_REFRESH_MS))
         return cls(storage, names, interval, cluster_topics)
+
+    @classmethod
+    def read_replica(cls, props: Mapping[str, object],
+                     cluster_topics: Callable[[], Mapping[str, uuid.UUID] | None]) -> Archive | None:
+        """The read replica ``proxy.read.replica.*`` describes, or None."""
+        uri = str(props.get(READ_REPLICA_STORAGE_CONFIG) or "")
+        if not uri:
+            return None
+        parts = require_uri(uri, READ_REPLICA_STORAGE_CONFIG, "s3://BUCKET/PREFIX")
+        if parts.scheme == "file" and not Path(urllib.parse.unquote(parts.path)).is_dir():
+            raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: no such folder {parts.path}")
+        names, local_names = read_replica_topics(props)
+        storage = storage_from_uri(uri, **{own: props[key] for key, own in READ_REPLICA_STORAGE_KEYS.items()
+                                           if props.get(key) not in (None, "")})
+        if not isinstance(storage, ObjectStorage):
+            storage.close()
+            raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: this storage keeps no manifests")
+        interval = int(str(props.get(READ_REPLICA_REFRESH_CONFIG) or DEFAULT_READ_REPLICA_REFRESH_MS))
+        return cls(storage, names, interval, cluster_topics, local_names=local_names, what=f"read replica of {uri}",
+                   setting=READ_REPLICA_REFRESH_CONFIG)
 
     def named(self, topic: str) -> bool:
         """Whether configuration names ``topic`` an archive (whatever the cluster has)."""
@@ -78,18 +154,20 @@ class Archive:
         if cluster is not None:  # until the cluster's topics are known, nothing is archived
             states = self.store.topic_tiering_states()
             for tp in readable:
-                if not self.named(tp.topic) or tp.topic in cluster:
+                name = self.local_names.get(tp.topic, tp.topic)
+                if not self.named(tp.topic) or name in cluster:
                     continue
                 state = states.get(tp.topic)
                 if state is not None and state.topic_id != tp.topic_id:
                     continue  # an earlier topic of the same name
-                topic = topics.setdefault(tp.topic, ArchivedTopic(tp.topic, tp.topic_id, {}))
+                topic = topics.setdefault(name, ArchivedTopic(name, tp.topic_id, {}))
                 if topic.topic_id == tp.topic_id:
                     topic.partitions[tp.partition] = tp
         kept = {name: t for name, t in topics.items() if any(map(self.store.copied_segments, t.partitions.values()))}
         for t in kept.values():  # a partition that never had a segment tiered has no manifest: empty
+            source = next(iter(t.partitions.values())).topic
             for p in range(max(t.partitions) + 1):
-                t.partitions.setdefault(p, TopicIdPartition(t.topic_id, t.name, p))
+                t.partitions.setdefault(p, TopicIdPartition(t.topic_id, source, p))
         self._topics = kept
         self._made_from = (readable, cluster)
         return self._topics
@@ -99,3 +177,7 @@ class Archive:
 
     def close(self) -> None:
         self.store.close()
+
+    def close_storage(self) -> None:
+        """For a read replica, whose storage is its own."""
+        self.storage.close()

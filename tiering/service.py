@@ -124,6 +124,11 @@ class TieringService:
     ownership: object | None = None  # GroupOwnership when instances share a metadata topic
     manifests: ManifestWriter | None = None  # the bucket's description of itself (our stores only)
     archive: Archive | None = None  # the archived topics (proxy.archived.topics) of the remote tier
+    read_replica: Archive | None = None  # another cluster's remote tier, served read-only
+
+    @property
+    def archives(self) -> list[Archive]:
+        return [a for a in (self.archive, self.read_replica) if a is not None]
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, props: Mapping[str, object]) -> TieringService | None:
@@ -162,23 +167,35 @@ class TieringService:
             archive = Archive.from_properties(storage, props, lambda: manager.cluster_topics)
             if archive is not None:
                 manager.keeps_remote = archive.named
+        try:
+            read_replica = Archive.read_replica(props, lambda: manager.cluster_topics)
+        except (ValueError, OSError):
+            metadata.close()
+            storage.close()
+            raise
         log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "")
-        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests, archive)
+        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests, archive,
+                   read_replica)
 
     def start(self) -> None:
         if self.manifests is not None:
             self.manifests.start()
-        if self.archive is not None:
-            self.archive.start()
+        for archive in self.archives:
+            archive.start()
         self.manager.start()
 
     def stop(self) -> None:
         if self.ownership is not None:
             self.ownership.close()  # type: ignore[attr-defined]
         self.manager.stop()
-        if self.archive is not None:
-            self.archive.close()
+        for archive in self.archives:
+            archive.close()
+        if self.read_replica is not None:
+            requests = self.read_replica.storage.requests.snapshot()[0]
+            log.info("%s: requests %s", self.read_replica.what,
+                     ", ".join(f"{kind} {requests.get(kind, 0)}" for kind in ("GET", "LIST", "PUT", "DELETE")))
+            self.read_replica.close_storage()  # its own; this proxy's storage closes below
         if self.manifests is not None:
             self.manifests.close()  # what the copiers wrote last is described before the store closes
         self.metadata.close()

@@ -9,8 +9,9 @@ back through the response hooks they registered in the reverse order:
 3. ``address-rewriting``: the proxy's listeners in every answer that names a broker. Always.
 4. ``fetch-sessions``: clients' fetch sessions end at the proxy; the broker gets sessionless full
    fetches. With tiering.
-5. ``archived-topics``: topics the cluster no longer has, served read-only from the remote tier.
-   With ``proxy.archived.topics``.
+5. ``archived-topics``: topics the cluster no longer has, served read-only from the remote tier,
+   and another cluster's, from its remote tier (a read replica). With ``proxy.archived.topics`` or
+   ``proxy.read.replica.remote.log.storage.uri``.
 6. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
 7. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
    DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
@@ -24,7 +25,7 @@ from __future__ import annotations
 from proxy.chain import Filter
 from proxy.config import ProxyConfig
 from proxy.filters.address_rewriting import AddressRewriting
-from proxy.filters.archived_topics import ArchivedTopics
+from proxy.filters.archived_topics import ArchivedTopics, ArchiveSource
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
 from proxy.filters.tiered_reads import TieredReads
@@ -44,7 +45,8 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
     chain.append(AddressRewriting())
     if tiering is not None and reads is not None:
         chain.append(FetchSessions(config.extra))
-        if tiering.archive is not None:
-            chain.append(ArchivedTopics(tiering.archive, *reads.archive_reads(tiering.archive.store)))
+        sources = [ArchiveSource(a, *reads.archive_reads(a.store, a.storage)) for a in tiering.archives]
+        if sources:
+            chain.append(ArchivedTopics(sources, reads.not_available_code))
         chain += [reads, TopicAdmin(config, tiering, reads.reader)]
     return chain

@@ -13,12 +13,16 @@ from the remote tier.
   timestamps from the remote time indexes) and **OffsetForLeaderEpoch** come from the remote tier.
 - **Produce** to them is refused with TOPIC_AUTHORIZATION_FAILED, which clients do not retry, and
   a message saying why; the rest of the request goes on.
+
+Each source (this proxy's own bucket; a read replica's) has its reader; where two serve the same
+name, the first wins.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -26,7 +30,7 @@ import trio
 from protocol.apis import FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH, PRODUCE
 from protocol.errors import ErrorCode
 from proxy.chain import Answer, Filter, Message, RequestContext
-from proxy.partition_reads import FetchReads, PartitionKey, ReadEntry
+from proxy.partition_reads import FetchReads, PartitionKey, ReadEntry, ReadResult
 from tiering.archive import Archive, ArchivedTopic
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteReader
@@ -37,23 +41,46 @@ _EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3
 _LONGEST_IDLE_WAIT_S = 30.0  # a client's max_wait_ms above this is not honoured in full
 
 
+@dataclass(frozen=True)
+class ArchiveSource:
+    archive: Archive
+    reader: RemoteReader
+    reads: FetchReads
+
+
+@dataclass(frozen=True)
+class Served:
+    """An archived topic and the source that serves it."""
+
+    topic: ArchivedTopic
+    source: ArchiveSource
+
+    @property
+    def name(self) -> str:
+        return self.topic.name
+
+
 class ArchivedTopics(Filter):
     name = "archived-topics"
     apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE})
 
-    def __init__(self, archive: Archive, reader: RemoteReader, reads: FetchReads,
-                 not_available_code: ErrorCode) -> None:
-        self.archive = archive
-        self.reader = reader
-        self.reads = reads
+    def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode) -> None:
+        self.sources = sources
         self.not_available_code = not_available_code
         self.fetches = 0  # archived partitions answered with records
         self.fetch_bytes = 0
         self.not_available = 0
         self.produce_refused = 0
 
+    def topics(self) -> dict[str, Served]:
+        served: dict[str, Served] = {}
+        for source in self.sources:
+            for name, topic in source.archive.topics().items():
+                served.setdefault(name, Served(topic, source))
+        return served
+
     async def on_request(self, ctx: RequestContext) -> Answer | None:
-        topics = self.archive.topics()
+        topics = self.topics()
         if not topics:
             return None
         key = ctx.api.key
@@ -72,25 +99,26 @@ class ArchivedTopics(Filter):
     def close(self) -> None:
         log.info("archived topics: partitions read %d, bytes %d, tiered storage not available %d, produce refused %d",
                  self.fetches, self.fetch_bytes, self.not_available, self.produce_refused)
-        self.reader.close()
-
-    def _ends(self, tp: TopicIdPartition) -> tuple[int | None, int | None]:
-        return self.reader.log_start(tp), self.reader.log_end(tp)
+        for source in self.sources:
+            source.reader.close()
 
     # --- Metadata --------------------------------------------------------------------------------
 
-    def _on_metadata(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+    def _on_metadata(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
         if ctx.version < 1:
             return  # v0's empty list means every topic: it cannot ask for none
         request = ctx.request.body
         if request["topics"] is None:
             listed = list(topics.values())
         else:
-            by_id = {t.topic_id.bytes: t for t in topics.values()}
+            by_id = {t.topic.topic_id.bytes: t for t in topics.values()}
             listed, kept = [], []
             for t in request["topics"]:
                 found = topics.get(t["name"]) if t.get("name") else by_id.get(t.get("topic_id"))
-                (kept if found is None else listed).append(t if found is None else found)
+                if found is None:
+                    kept.append(t)
+                else:
+                    listed.append(found)
             if not listed:
                 return
             request["topics"] = kept
@@ -102,52 +130,43 @@ class ArchivedTopics(Filter):
             present = {t["name"] for t in response["topics"]}
             if not nodes:
                 return
-            response["topics"] += [self._metadata_topic(t, nodes) for t in listed if t.name not in present]
+            response["topics"] += [_metadata_topic(t, nodes) for t in listed if t.name not in present]
             message.changed()
 
         ctx.on_response(add)
 
-    def _metadata_topic(self, topic: ArchivedTopic, nodes: list[int]) -> dict[str, Any]:
-        partitions = []
-        for p, tp in sorted(topic.partitions.items()):
-            leader = nodes[p % len(nodes)]
-            ry = self.reader.log_end(tp)
-            partitions.append({"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": leader,
-                               "leader_epoch": max(self.reader.leader_epoch_of(tp, ry), 0) if ry is not None else 0,
-                               "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []})
-        return {"error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id.bytes,
-                "is_internal": False, "partitions": partitions, "topic_authorized_operations": -2147483648}
-
     # --- Fetch -----------------------------------------------------------------------------------
 
-    def _on_fetch(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+    def _on_fetch(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
         version, request = ctx.version, ctx.request.body
         replica = request["replica_state"]["replica_id"] if version >= 15 else request.get("replica_id", -1)
         if version < 4 or replica >= 0:
             return  # message formats v0-v1 (not held remotely), or replication
         topic_field = "topic_id" if version >= 13 else "topic"
         lookup = _lookup(topics, topic_field)
-        wanted: dict[PartitionKey, tuple[TopicIdPartition | None, int, int]] = {}
+        wanted: dict[PartitionKey, tuple[TopicIdPartition | None, int, int, ArchiveSource]] = {}
         kept = []
         for t in request["topics"]:
-            topic = lookup(t[topic_field])
-            if topic is None:
+            served = lookup(t[topic_field])
+            if served is None:
                 kept.append(t)
                 continue
             for p in t["partitions"]:
                 wanted[(t[topic_field], p["partition"])] = (
-                    topic.partitions.get(p["partition"]), p["fetch_offset"], p["partition_max_bytes"])
+                    served.topic.partitions.get(p["partition"]), p["fetch_offset"], p["partition_max_bytes"],
+                    served.source)
         if not wanted:
             return
         request["topics"] = kept
-        readable = {key for key, (tp, offset, _) in wanted.items() if tp is not None and _holds(self._ends(tp), offset)}
+        readable = {key for key, (tp, offset, _, source) in wanted.items()
+                    if tp is not None and _holds(_ends(source, tp), offset)}
+        idle_wait_s = min(request["max_wait_ms"], _LONGEST_IDLE_WAIT_S * 1000) / 1000 \
+            if not kept and request.get("min_bytes", 1) > 0 and not readable else 0.0
         if readable:
             request["min_bytes"] = 0  # the archive's records are there now: the broker must not hold them
         ctx.request.changed()
         budget = request.get("max_bytes", 0x7FFFFFFF)
         read_committed = request.get("isolation_level", 0) == 1
-        idle_wait_s = min(request["max_wait_ms"], _LONGEST_IDLE_WAIT_S * 1000) / 1000 \
-            if not kept and request.get("min_bytes", 1) > 0 and not readable else 0.0
 
         async def answer(ctx: RequestContext, message: Message) -> None:
             response = message.body
@@ -155,22 +174,29 @@ class ArchivedTopics(Filter):
                 return
             used = sum(len(p["records"]) for t in response["responses"] for p in t["partitions"]
                        if p.get("records") is not None)
-            entries: list[ReadEntry] = [(key, tp, offset, limit) for key, (tp, offset, limit) in wanted.items()
-                                        if key in readable and tp is not None]
-            results, holding = await self.reads.read(ctx.held, entries, budget - used, read_committed, ends_for=()) \
-                if entries else ({}, None)
+            results: dict[PartitionKey, ReadResult] = {}
+            holdings = []
+            for source in dict.fromkeys(entry[3] for entry in wanted.values()):
+                entries: list[ReadEntry] = [(key, tp, offset, limit) for key, (tp, offset, limit, s) in wanted.items()
+                                            if key in readable and s is source and tp is not None]
+                if entries:
+                    read, holding = await source.reads.read(ctx.held, entries, budget - used, read_committed, ())
+                    results.update(read)
+                    holdings.append(holding)
             room, kept_bytes = budget - used, 0
             by_topic: dict[str | bytes, list[dict[str, Any]]] = {}
-            for key, (tp, offset, _) in wanted.items():
-                p = self._fetch_partition(key, tp, offset, results.get(key), read_committed)
-                size = len(p["records"]) if p["records"] else 0
+            for key, (tp, offset, _, source) in wanted.items():
+                p, size = self._fetch_partition(key, tp, source, offset, results.get(key), read_committed)
                 if size and not (size <= room or (kept_bytes == 0 and used == 0)):
                     p["records"], p["aborted_transactions"] = b"", [] if read_committed else None
                     size = 0
+                if size:
+                    self.fetches, self.fetch_bytes = self.fetches + 1, self.fetch_bytes + size
                 room, kept_bytes = room - size, kept_bytes + size
                 by_topic.setdefault(key[0], []).append(p)
-            if holding is not None:
+            for holding in holdings:  # hold what the answer keeps; the rest goes back
                 holding.resize(min(holding.nbytes, kept_bytes))
+                kept_bytes -= holding.nbytes
             for topic_key, partitions in by_topic.items():
                 entry = next((t for t in response["responses"] if t[topic_field] == topic_key), None)
                 if entry is None:
@@ -183,38 +209,37 @@ class ArchivedTopics(Filter):
 
         ctx.on_response(answer)
 
-    def _fetch_partition(self, key: PartitionKey, tp: TopicIdPartition | None, offset: int, result: object,
-                         read_committed: bool) -> dict[str, Any]:
+    def _fetch_partition(self, key: PartitionKey, tp: TopicIdPartition | None, source: ArchiveSource, offset: int,
+                         result: ReadResult | None, read_committed: bool) -> tuple[dict[str, Any], int]:
+        """One partition's answer, and the bytes of records in it."""
         p: dict[str, Any] = {"partition_index": key[1], "error_code": ErrorCode.NONE, "high_watermark": -1,
                              "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
                              "aborted_transactions": [] if read_committed else None, "records": b""}
         if tp is None:
             p["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return p
-        rx, ry = self._ends(tp)
+            return p, 0
+        rx, ry = _ends(source, tp)
         end = ry + 1 if ry is not None else 0
         p["high_watermark"] = p["last_stable_offset"] = end
         p["log_start_offset"] = rx if rx is not None else end
         if offset == end:
-            return p  # caught up: nothing more will come
+            return p, 0  # caught up: nothing more until the archive grows (a read replica's does)
         if not _holds((rx, ry), offset) or result is None:
             p["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
-        elif isinstance(result, BaseException):
+            return p, 0
+        if isinstance(result, BaseException):
             self.not_available += 1
             log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading archived %s at %d: %s", tp, offset, result)
             p["error_code"] = self.not_available_code
-        else:
-            p["records"] = result.records  # type: ignore[attr-defined]
-            if read_committed:
-                p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first}
-                                             for pid, first in result.aborted]  # type: ignore[attr-defined]
-            self.fetches += 1
-            self.fetch_bytes += result.size  # type: ignore[attr-defined]
-        return p
+            return p, 0
+        p["records"] = result.records
+        if read_committed:
+            p["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in result.aborted]
+        return p, result.size
 
     # --- ListOffsets and OffsetForLeaderEpoch ----------------------------------------------------
 
-    def _on_list_offsets(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+    def _on_list_offsets(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
         if ctx.version < 1:
             return
         request = ctx.request.body
@@ -226,41 +251,15 @@ class ArchivedTopics(Filter):
 
         async def answer(ctx: RequestContext, message: Message) -> None:
             for t in asked:
-                topic = topics[t["name"]]
+                served = topics[t["name"]]
                 message.body["topics"].append({"name": t["name"], "partitions": [
-                    await self._list_offset(topic.partitions.get(p["partition_index"]), p) for p in t["partitions"]]})
+                    await _list_offset(served.source, served.topic.partitions.get(p["partition_index"]), p)
+                    for p in t["partitions"]]})
             message.changed()
 
         ctx.on_response(answer)
 
-    async def _list_offset(self, tp: TopicIdPartition | None, asked: dict[str, Any]) -> dict[str, Any]:
-        p: dict[str, Any] = {"partition_index": asked["partition_index"], "error_code": ErrorCode.NONE,
-                             "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
-        if tp is None:
-            p["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return p
-        rx, ry = self._ends(tp)
-        end = ry + 1 if ry is not None else 0
-        timestamp = asked["timestamp"]
-        found: tuple[int, int] | None = None
-        if timestamp in (_LATEST, _EARLIEST_LOCAL):
-            found = (end, -1)  # no local log: it would start where the remote tier ends
-        elif timestamp == _EARLIEST:
-            found = (rx if rx is not None else end, -1)
-        elif timestamp == _LATEST_TIERED:
-            found = (ry, -1) if ry is not None else None
-        elif timestamp == _MAX_TIMESTAMP or timestamp >= 0:
-            wanted = self.reader.max_timestamp(tp) if timestamp == _MAX_TIMESTAMP else timestamp
-            if wanted is not None:
-                found = await trio.to_thread.run_sync(self.reader.offset_for_timestamp, tp, wanted,
-                                                      limiter=self.reads.limiter)
-        if found is not None:
-            p["offset"], p["timestamp"] = found
-            p["leader_epoch"] = self.reader.leader_epoch_of(tp, found[0]) if found[0] < end else \
-                (self.reader.leader_epoch_of(tp, ry) if ry is not None else -1)
-        return p
-
-    def _on_offset_for_leader_epoch(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> None:
+    def _on_offset_for_leader_epoch(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
         request = ctx.request.body
         if request.get("replica_id", -1) >= 0:
             return
@@ -272,10 +271,10 @@ class ArchivedTopics(Filter):
 
         async def answer(ctx: RequestContext, message: Message) -> None:
             for t in asked:
-                partitions = []
+                served, partitions = topics[t["topic"]], []
                 for p in t["partitions"]:
-                    tp = topics[t["topic"]].partitions.get(p["partition"])
-                    found = self.reader.end_offset_for_epoch(tp, p["leader_epoch"]) if tp is not None else None
+                    tp = served.topic.partitions.get(p["partition"])
+                    found = served.source.reader.end_offset_for_epoch(tp, p["leader_epoch"]) if tp is not None else None
                     epoch, end = found if found is not None else (-1, -1)
                     partitions.append({"partition": p["partition"], "leader_epoch": epoch, "end_offset": end,
                                        "error_code": ErrorCode.NONE if tp is not None
@@ -287,22 +286,22 @@ class ArchivedTopics(Filter):
 
     # --- Produce ---------------------------------------------------------------------------------
 
-    def _on_produce(self, ctx: RequestContext, topics: dict[str, ArchivedTopic]) -> Answer | None:
+    def _on_produce(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
         version, request = ctx.version, ctx.request.body
         topic_field = "topic_id" if version >= 13 else "name"
         lookup = _lookup(topics, topic_field)
-        refused = [t for t in request["topic_data"] if lookup(t[topic_field]) is not None]
+        refused = [(t, served) for t in request["topic_data"] if (served := lookup(t[topic_field])) is not None]
         if not refused:
             return None
         request["topic_data"] = [t for t in request["topic_data"] if lookup(t[topic_field]) is None]
         ctx.request.changed()
-        self.produce_refused += sum(len(t["partition_data"]) for t in refused)
+        self.produce_refused += sum(len(t["partition_data"]) for t, _ in refused)
         answers = [{topic_field: t[topic_field], "partition_responses": [
             {"index": p["index"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "base_offset": -1,
              "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
-             "error_message": f"topic {lookup(t[topic_field]).name} is archived: the proxy serves its history "  # type: ignore[union-attr]
-                              "from the remote tier, read-only (proxy.archived.topics)"}
-            for p in t["partition_data"]]} for t in refused]
+             "error_message": f"topic {served.name} is archived: the proxy serves its history from the remote "
+                              f"tier, read-only ({served.source.archive.what})"}
+            for p in t["partition_data"]]} for t, served in refused]
         if not request["topic_data"] and request["acks"] != 0:
             return ctx.answer({"responses": answers, "throttle_time_ms": 0})
 
@@ -315,14 +314,59 @@ class ArchivedTopics(Filter):
         return None
 
 
+def _ends(source: ArchiveSource, tp: TopicIdPartition) -> tuple[int | None, int | None]:
+    return source.reader.log_start(tp), source.reader.log_end(tp)
+
+
+def _metadata_topic(served: Served, nodes: list[int]) -> dict[str, Any]:
+    reader, partitions = served.source.reader, []
+    for p, tp in sorted(served.topic.partitions.items()):
+        leader = nodes[p % len(nodes)]
+        ry = reader.log_end(tp)
+        partitions.append({"error_code": ErrorCode.NONE, "partition_index": p, "leader_id": leader,
+                           "leader_epoch": max(reader.leader_epoch_of(tp, ry), 0) if ry is not None else 0,
+                           "replica_nodes": [leader], "isr_nodes": [leader], "offline_replicas": []})
+    return {"error_code": ErrorCode.NONE, "name": served.name, "topic_id": served.topic.topic_id.bytes,
+            "is_internal": False, "partitions": partitions, "topic_authorized_operations": -2147483648}
+
+
+async def _list_offset(source: ArchiveSource, tp: TopicIdPartition | None, asked: dict[str, Any]) -> dict[str, Any]:
+    p: dict[str, Any] = {"partition_index": asked["partition_index"], "error_code": ErrorCode.NONE,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
+    if tp is None:
+        p["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return p
+    reader = source.reader
+    rx, ry = _ends(source, tp)
+    end = ry + 1 if ry is not None else 0
+    timestamp = asked["timestamp"]
+    found: tuple[int, int] | None = None
+    if timestamp in (_LATEST, _EARLIEST_LOCAL):
+        found = (end, -1)  # no local log: it would start where the remote tier ends
+    elif timestamp == _EARLIEST:
+        found = (rx if rx is not None else end, -1)
+    elif timestamp == _LATEST_TIERED:
+        found = (ry, -1) if ry is not None else None
+    elif timestamp == _MAX_TIMESTAMP or timestamp >= 0:
+        wanted = reader.max_timestamp(tp) if timestamp == _MAX_TIMESTAMP else timestamp
+        if wanted is not None:
+            found = await trio.to_thread.run_sync(reader.offset_for_timestamp, tp, wanted,
+                                                  limiter=source.reads.limiter)
+    if found is not None:
+        p["offset"], p["timestamp"] = found
+        at = found[0] if found[0] < end else ry
+        p["leader_epoch"] = reader.leader_epoch_of(tp, at) if at is not None else -1
+    return p
+
+
 def _holds(ends: tuple[int | None, int | None], offset: int) -> bool:
     rx, ry = ends
     return rx is not None and ry is not None and rx <= offset <= ry
 
 
-def _lookup(topics: dict[str, ArchivedTopic], field: str) -> Callable[[Any], ArchivedTopic | None]:
+def _lookup(topics: dict[str, Served], field: str) -> Callable[[Any], Served | None]:
     """Finds an archived topic as a message of this version names it: by name, or by id bytes."""
     if field in ("topic", "name"):
         return topics.get
-    by_id = {t.topic_id.bytes: t for t in topics.values()}
+    by_id = {t.topic.topic_id.bytes: t for t in topics.values()}
     return by_id.get

@@ -62,7 +62,7 @@ from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import TopicIdPartition
 from tiering.read.reader import RemoteReader, earliest_offset
 from tiering.service import TieringService
-from tiering.storage.api import RemoteStorageError
+from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +145,11 @@ class TieredReads(Filter):
     def start(self, core: Core) -> None:
         core.metrics.budgets.append(self.buffer)
 
-    def archive_reads(self, store: RemoteLogMetadataManager) -> tuple[RemoteReader, FetchReads, ErrorCode]:
-        """Reads of archived topics' segments: a reader of its own over ``store``, sharing this
-        filter's threads, remote fetch buffer and wait (they have no log ends to ask of brokers)."""
-        reader = RemoteReader.from_properties(store, self.tiering.storage, self.props)
-        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {}), \
-            self.not_available_code
+    def archive_reads(self, store: RemoteLogMetadataManager, storage: RemoteStorageManager) -> tuple[RemoteReader, FetchReads]:
+        """Reads of archived topics' segments: a reader of its own over ``store`` and ``storage``, sharing
+        this filter's threads, remote fetch buffer and wait (they have no log ends to ask of brokers)."""
+        reader = RemoteReader.from_properties(store, storage, self.props)
+        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {})
 
     @property
     def log_end_questions(self) -> int:

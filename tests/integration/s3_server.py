@@ -34,6 +34,8 @@ from tests.kafka_cluster import free_ports, restartable_ports, stop_processes, t
 
 # The one identity the gateways know (passed to each client, so the process environment is left alone).
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+# An identity that may read and list, never write or delete (a read replica's).
+READ_ONLY_CREDENTIALS = {"aws_access_key_id": "reader", "aws_secret_access_key": "reader-secret"}
 REGION = "us-east-1"
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60
@@ -147,6 +149,11 @@ class S3Gateway:
             "credentials": [{"accessKey": DUMMY_CREDENTIALS["aws_access_key_id"],
                              "secretKey": DUMMY_CREDENTIALS["aws_secret_access_key"]}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }, {
+            "name": "reader",
+            "credentials": [{"accessKey": READ_ONLY_CREDENTIALS["aws_access_key_id"],
+                             "secretKey": READ_ONLY_CREDENTIALS["aws_secret_access_key"]}],
+            "actions": ["Read", "List"],
         }]}))
         client = s3_client(self.endpoint)
 

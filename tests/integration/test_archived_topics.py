@@ -101,6 +101,7 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         errors: list[object] = []
         producer.produce(topic, b"nope", partition=0, on_delivery=lambda e, m: errors.append(e))
         producer.flush(15)
+        del producer  # its threads end now, before the proxy does
         assert len(errors) == 1 and errors[0] is not None and errors[0].code() == 29, errors  # not retried
         raw = RawClient(proxy.bootstrap)  # the message librdkafka does not show
         try:
