@@ -9,7 +9,7 @@ version; the implementation that shipped (and which real brokers write) differs,
 it. A record value is::
 
     frame_version  uvarint, always 1
-    api_key        uvarint, 0/1/2 (Kafka's), 64..67 (this proxy's own, below)
+    api_key        uvarint, 0/1/2 (Kafka's), 64..68 (this proxy's own, below)
     version        uvarint, 0 (1 is accepted when reading: it only adds tagged fields)
     body           the message in Kafka's flexible encoding: compact (length+1 uvarint)
                    strings, bytes and arrays; every struct, nested ones included, ends with a
@@ -57,11 +57,13 @@ PARTITION_DELETE_METADATA_API_KEY = 2
 # This proxy's own records, in the same framing (Kafka defines no records for them; only proxies
 # read the metadata topic): a topic's tiering configs and KIP-950 state, and a partition's remote
 # log start after DeleteRecords, a range the brokers deleted before it was tiered, and a range the
-# remote tier held but the cluster's log replaced (cut back from the remote tier).
+# remote tier held but the cluster's log replaced (cut back from the remote tier); and a consumer
+# group's committed offset in an archived topic, which the cluster cannot hold.
 TOPIC_TIERING_STATE_API_KEY = 64
 REMOTE_LOG_START_OFFSET_API_KEY = 65
 REMOTE_LOG_DATA_LOSS_API_KEY = 66
 REMOTE_LOG_DIVERGENCE_API_KEY = 67
+ARCHIVED_GROUP_OFFSET_API_KEY = 68
 TIERING_STATES = range(-1, 3)  # none, ENABLED, DISABLING, DISABLED
 DISABLE_POLICIES = range(0, 2)  # retain, delete
 
@@ -156,9 +158,18 @@ class RemoteLogDivergenceRecord(NamedTuple):
     event_timestamp_ms: int
 
 
+class ArchivedGroupOffsetRecord(NamedTuple):
+    group_id: str
+    topic_id_partition: TopicIdPartitionEntry
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: bytes | None  # the client's metadata string, UTF-8
+    event_timestamp_ms: int
+
+
 MetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
                   | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord
-                  | RemoteLogDataLossRecord | RemoteLogDivergenceRecord)
+                  | RemoteLogDataLossRecord | RemoteLogDivergenceRecord | ArchivedGroupOffsetRecord)
 
 
 # --- the schemas, declared (field order is the wire order) ------------------------------------
@@ -262,6 +273,18 @@ REMOTE_LOG_DIVERGENCE_RECORD = _AsTuple(
     ),
     RemoteLogDivergenceRecord,
 )
+ARCHIVED_GROUP_OFFSET_RECORD = _AsTuple(
+    Struct(
+        "group_id" / CompactString,
+        "topic_id_partition" / TOPIC_ID_PARTITION_ENTRY,
+        "committed_offset" / Int64sb,
+        "committed_leader_epoch" / Int32sb,
+        "committed_metadata" / CompactNullableBytes,
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    ArchivedGroupOffsetRecord,
+)
 FRAME_HEADER = Struct("frame_version" / UVarInt, "api_key" / UVarInt, "version" / UVarInt)
 
 _BODIES: dict[int, Construct] = {
@@ -272,6 +295,7 @@ _BODIES: dict[int, Construct] = {
     REMOTE_LOG_START_OFFSET_API_KEY: REMOTE_LOG_START_OFFSET_RECORD,
     REMOTE_LOG_DATA_LOSS_API_KEY: REMOTE_LOG_DATA_LOSS_RECORD,
     REMOTE_LOG_DIVERGENCE_API_KEY: REMOTE_LOG_DIVERGENCE_RECORD,
+    ARCHIVED_GROUP_OFFSET_API_KEY: ARCHIVED_GROUP_OFFSET_RECORD,
 }
 _API_KEYS: dict[type, int] = {
     RemoteLogSegmentMetadataRecord: SEGMENT_METADATA_API_KEY,
@@ -281,6 +305,7 @@ _API_KEYS: dict[type, int] = {
     RemoteLogStartOffsetRecord: REMOTE_LOG_START_OFFSET_API_KEY,
     RemoteLogDataLossRecord: REMOTE_LOG_DATA_LOSS_API_KEY,
     RemoteLogDivergenceRecord: REMOTE_LOG_DIVERGENCE_API_KEY,
+    ArchivedGroupOffsetRecord: ARCHIVED_GROUP_OFFSET_API_KEY,
 }
 
 
@@ -362,6 +387,8 @@ def _state_problem(record: MetadataRecord) -> str | None:
         if 0 <= record.first_offset <= record.last_offset:
             return None
         return f"divergence range {record.first_offset}..{record.last_offset} is not a range of offsets"
+    if isinstance(record, ArchivedGroupOffsetRecord):
+        return None if record.committed_offset >= -1 else f"committed offset {record.committed_offset}"
     if isinstance(record, TopicTieringStateRecord):
         if record.disable_policy not in DISABLE_POLICIES:
             return f"TopicTieringStateRecord has unknown disable policy {record.disable_policy}"

@@ -237,3 +237,16 @@ class RemoteLogStartOffset:
     topic_id_partition: TopicIdPartition
     log_start_offset: int
     event_timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class ArchivedGroupOffset:
+    """A consumer group's committed offset in a partition of an archived topic (the cluster does not
+    know the topic, so it cannot hold the offset): the last commit wins."""
+
+    group_id: str
+    topic_id_partition: TopicIdPartition
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    event_timestamp_ms: int = 0

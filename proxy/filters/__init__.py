@@ -47,6 +47,6 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
         chain.append(FetchSessions(config.extra))
         sources = [ArchiveSource(a, *reads.archive_reads(a.store, a.storage)) for a in tiering.archives]
         if sources:
-            chain.append(ArchivedTopics(sources, reads.not_available_code))
+            chain.append(ArchivedTopics(sources, reads.not_available_code, tiering.metadata))
         chain += [reads, TopicAdmin(config, tiering, reads.reader)]
     return chain

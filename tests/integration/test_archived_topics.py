@@ -67,6 +67,76 @@ def _list_offset(proxy: ProxyProcess, topic: str, timestamp: int) -> int:
     return answer["offset"]
 
 
+def _changes_are_refused(proxy: ProxyProcess, topic: str) -> None:
+    """Config changes and DeleteRecords reach the brokers, which do not have the topic; the archive
+    is untouched (its log start stays 0)."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    resource = ConfigResource("TOPIC", topic, incremental_configs=[
+        ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        admin.incremental_alter_configs([resource])[resource].result(30)
+    deleted = admin.delete_records([TopicPartition(topic, 0, 100)])
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        list(deleted.values())[0].result(30)
+    assert _list_offset(proxy, topic, -2) == 0
+
+
+def _classic_group_commits_and_resumes(proxy: ProxyProcess, topic: str) -> None:
+    """A classic-protocol group (kafka-python) reads part of the archive, commits, and its next
+    member resumes there; the committed offsets show to the admin tools too."""
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition
+
+    group = f"{topic}-readers"
+    settings = {"bootstrap_servers": proxy.bootstrap, "group_id": group, "enable_auto_commit": False,
+                "auto_offset_reset": "earliest", "consumer_timeout_ms": 5000}
+    first = KafkaConsumer(topic, **settings)
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 1000 and time.monotonic() < deadline:
+        for records in first.poll(timeout_ms=500, max_records=500).values():
+            seen += [r.offset for r in records]
+    first.commit()
+    committed = {p: first.committed(TopicPartition(topic, p)) for p in range(PARTITIONS)}
+    first.close()
+    assert sum(committed.values()) == len(seen) >= 1000, (committed, len(seen))
+
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions if tp.topic == topic} == committed
+
+    second = KafkaConsumer(topic, **settings)
+    rest: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    while sum(map(len, rest.values())) < RECORDS - len(seen) and time.monotonic() < deadline + 60:
+        for tp, records in second.poll(timeout_ms=500, max_records=500).items():
+            rest[tp.partition] += [r.offset for r in records]
+    second.close()
+    for p in range(PARTITIONS):
+        assert rest[p] == list(range(committed[p], RECORDS // PARTITIONS)), p
+
+
+def _kip848_group_gets_no_partitions(proxy: ProxyProcess, topic: str) -> None:
+    """A KIP-848 group's assignment is the broker's, and the broker does not know the topic: the
+    member joins and is assigned nothing of it (docs/when-the-cluster-is-gone.md)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"{topic}-848",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        got += message is not None and message.error() is None
+    assignment = consumer.assignment()
+    consumer.close()
+    assert got == 0 and assignment == [], (got, assignment)
+
+
 def _remote(tier: str, tmp_path, s3_endpoint: str) -> tuple[str, ...]:
     if tier == "s3":
         return s3_uri_args(new_bucket(s3_endpoint), "archive", s3_endpoint)
@@ -112,6 +182,10 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         [refused] = answer["responses"][0]["partition_responses"]
         assert refused["error_code"] == 29 and f"topic {topic} is archived" in refused["error_message"], refused
         assert "has been gone from the cluster" not in proxy.log_path.read_text()
+        if tier == "local":
+            _changes_are_refused(proxy, topic)
+            _classic_group_commits_and_resumes(proxy, topic)
+            _kip848_group_gets_no_partitions(proxy, topic)
     finally:
         proxy.stop()
         client.close()

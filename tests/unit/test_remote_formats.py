@@ -14,6 +14,7 @@ from protocol import remote_formats as rf
 from protocol.errors import ProtocolError
 from tiering.metadata import codec
 from tiering.model import (
+    ArchivedGroupOffset,
     DisablePolicy,
     RemoteLogDataLoss,
     RemoteLogDivergence,
@@ -183,6 +184,9 @@ records_st = st.one_of(
                                                                              epoch, ts),
               tps, st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, INT32), st.integers(-1, INT32),
               st.integers(0, 2**45)),
+    # ... and a consumer group's offset in an archived topic.
+    st.builds(ArchivedGroupOffset, st.text(max_size=40), tps, st.integers(-1, 2**62), st.integers(-1, INT32),
+              st.none() | st.text(max_size=40), st.integers(0, 2**45)),
 )
 
 
@@ -210,8 +214,8 @@ def test_every_record_kind_has_its_own_api_key():
     assert set(mr._API_KEYS.values()) == set(mr._BODIES) == {
         mr.SEGMENT_METADATA_API_KEY, mr.SEGMENT_METADATA_UPDATE_API_KEY, mr.PARTITION_DELETE_METADATA_API_KEY,
         mr.TOPIC_TIERING_STATE_API_KEY, mr.REMOTE_LOG_START_OFFSET_API_KEY, mr.REMOTE_LOG_DATA_LOSS_API_KEY,
-        mr.REMOTE_LOG_DIVERGENCE_API_KEY}
-    assert mr.REMOTE_LOG_DIVERGENCE_API_KEY == 67
+        mr.REMOTE_LOG_DIVERGENCE_API_KEY, mr.ARCHIVED_GROUP_OFFSET_API_KEY}
+    assert mr.REMOTE_LOG_DIVERGENCE_API_KEY == 67 and mr.ARCHIVED_GROUP_OFFSET_API_KEY == 68
     assert len(set(mr._API_KEYS.values())) == len(mr._API_KEYS)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from protocol import metadata_records as mr
 from protocol.errors import ProtocolError
 from tiering.model import (
+    ArchivedGroupOffset,
     DisablePolicy,
     RemoteLogDataLoss,
     RemoteLogDivergence,
@@ -23,7 +24,8 @@ from tiering.model import (
 )
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence
+                     | ArchivedGroupOffset)
 
 
 def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
@@ -108,6 +110,15 @@ def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
             leader_epoch=metadata.leader_epoch,
             event_timestamp_ms=metadata.event_timestamp_ms,
         )
+    if isinstance(metadata, ArchivedGroupOffset):
+        return mr.ArchivedGroupOffsetRecord(
+            group_id=metadata.group_id,
+            topic_id_partition=_tp_entry(metadata.topic_id_partition),
+            committed_offset=metadata.offset,
+            committed_leader_epoch=metadata.leader_epoch,
+            committed_metadata=metadata.metadata.encode() if metadata.metadata is not None else None,
+            event_timestamp_ms=metadata.event_timestamp_ms,
+        )
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 
@@ -177,8 +188,19 @@ def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
                 leader_epoch=record.leader_epoch,
                 event_timestamp_ms=record.event_timestamp_ms,
             )
+        if isinstance(record, mr.ArchivedGroupOffsetRecord):
+            return ArchivedGroupOffset(
+                group_id=record.group_id,
+                topic_id_partition=_tp(record.topic_id_partition),
+                offset=record.committed_offset,
+                leader_epoch=record.committed_leader_epoch,
+                metadata=record.committed_metadata.decode() if record.committed_metadata is not None else None,
+                event_timestamp_ms=record.event_timestamp_ms,
+            )
     except ProtocolError:
         raise
+    except UnicodeDecodeError:
+        raise ProtocolError("ArchivedGroupOffsetRecord metadata is not UTF-8") from None
     except ValueError as exc:
         raise ProtocolError(f"{type(record).__name__} is not valid metadata: {exc}") from None
     raise TypeError(f"not a remote log metadata record: {type(record).__name__}")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
+    ArchivedGroupOffset,
     RemoteLogDataLoss,
     RemoteLogDivergence,
     RemoteLogSegmentMetadata,
@@ -110,6 +111,15 @@ class RemoteLogMetadataManager(ABC):
     def put_remote_log_data_loss(self, tp: TopicIdPartition, first: int, last: int, event_timestamp_ms: int) -> None:
         """Record offsets ``first..last`` of ``tp`` as deleted by the brokers before they were tiered."""
         self._write(RemoteLogDataLoss(tp, first, last, event_timestamp_ms))
+
+    def commit_archived_offset(self, offset: ArchivedGroupOffset) -> None:
+        """Record a consumer group's offset in an archived topic's partition (the last one wins)."""
+        self._write(offset)
+
+    def archived_offsets(self, group_id: str) -> dict[TopicIdPartition, ArchivedGroupOffset]:
+        """The group's committed offsets in archived topics, by partition."""
+        with self._lock:
+            return {tp: o for (group, tp), o in self._state.group_offsets.items() if group == group_id}
 
     def data_loss(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
         """The ranges of ``tp`` the brokers deleted before they were tiered, oldest first."""

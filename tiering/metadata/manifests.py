@@ -14,7 +14,9 @@ a CRC-32C of all of it. A truncated, padded or altered object is refused, never 
 
 A writer (:class:`ManifestWriter`) rewrites a whole manifest (one PUT) from its store's state
 after writing records of it: at most once per interval per manifest, and once at start for every
-partition the store has caught up on (so a bucket tiered before manifests existed gets them). The
+partition the store has caught up on (so a bucket tiered before manifests existed gets them). It
+deletes a partition's manifest once no segment of it is left, and a topic's once the topic is
+deleted or disabled with the delete policy: nothing of them is left to serve. The
 store's state after a write includes every earlier record of the partition, so the last writer's
 manifest is complete up to its write. A reader sends one LIST for the topic directories, one per
 topic for its partitions (each per 1,000 names), and one GET per manifest: never one per segment.
@@ -50,7 +52,11 @@ from tiering.metadata.journal_store import JOURNAL_ENTRY
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.metadata.state import MetadataState, RemoteLogMetadata
 from tiering.model import (
+    ArchivedGroupOffset,
+    DisablePolicy,
+    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    TieringState,
     TopicIdPartition,
     TopicTieringState,
 )
@@ -149,6 +155,8 @@ class ManifestWriter:
 
     def written(self, record: RemoteLogMetadata) -> None:
         """The store wrote ``record``: its manifest is due."""
+        if isinstance(record, ArchivedGroupOffset):
+            return  # the cluster's own, not the bucket's
         with self._lock:
             if isinstance(record, TopicTieringState):
                 self._topics.add(record.topic)
@@ -182,21 +190,36 @@ class ManifestWriter:
         if not partitions and not topics:
             return
         states = self.metadata.topic_tiering_states()
-        jobs: list[tuple[str, Callable[[], list[RemoteLogMetadata]], Callable[[], None]]] = []
+        # (key, the records to write or None to delete the manifest, how to make it due again)
+        jobs: list[tuple[str, Callable[[], list[RemoteLogMetadata] | None], Callable[[], None]]] = []
         for tp in partitions:
-            jobs.append((partition_manifest_key(tp), lambda tp=tp: self.metadata.partition_records(tp),
+            jobs.append((partition_manifest_key(tp), lambda tp=tp: self._partition_records(tp),
                          lambda tp=tp: self._due(partition=tp)))
         for name in topics:
             state = states.get(name)
             if state is not None:
-                jobs.append((topic_manifest_key(state), lambda state=state: [state], lambda n=name: self._due(topic=n)))
+                # Nothing of a deleted topic, or one disabled with the delete policy, is left to describe.
+                gone = state.deleted or (state.state == TieringState.DISABLED and state.disable_policy == DisablePolicy.DELETE)
+                jobs.append((topic_manifest_key(state), lambda state=state, gone=gone: None if gone else [state],
+                             lambda n=name: self._due(topic=n)))
         with ThreadPoolExecutor(self._threads, thread_name_prefix="manifest") as pool:
             for key, records, again in jobs:
                 pool.submit(self._write, key, records, again)
 
-    def _write(self, key: str, records: Callable[[], list[RemoteLogMetadata]], again: Callable[[], None]) -> None:
+    def _partition_records(self, tp: TopicIdPartition) -> list[RemoteLogMetadata] | None:
+        """What ``tp``'s manifest holds; None once no segment of it is left (deleted, expired,
+        disabled with the delete policy): nothing of it remains to serve."""
+        records = self.metadata.partition_records(tp)
+        return records if any(isinstance(r, RemoteLogSegmentMetadata) for r in records) else None
+
+    def _write(self, key: str, records: Callable[[], list[RemoteLogMetadata] | None],
+               again: Callable[[], None]) -> None:
         try:
-            self.storage.write_object(key, encode_manifest(records(), int(time.time() * 1000)))
+            body = records()
+            if body is None:
+                self.storage.delete_object(key)
+            else:
+                self.storage.write_object(key, encode_manifest(body, int(time.time() * 1000)))
             self.counters.written += 1
         except Exception as e:
             self.counters.failed += 1

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tiering.model import (
+    ArchivedGroupOffset,
     RemoteLogDataLoss,
     RemoteLogDivergence,
     RemoteLogSegmentId,
@@ -31,7 +32,8 @@ from tiering.storage.api import RemoteResourceNotFoundError
 log = logging.getLogger(__name__)
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence)
+                     | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence
+                     | ArchivedGroupOffset)
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -105,6 +107,8 @@ class MetadataState:
     def __init__(self) -> None:
         self.partitions: dict[TopicIdPartition, PartitionState] = {}
         self.topics: dict[str, TopicTieringState] = {}  # by topic name; deleted ones kept
+        # Consumer groups' offsets in archived topics (never in a bucket's manifests: the cluster's own)
+        self.group_offsets: dict[tuple[str, TopicIdPartition], ArchivedGroupOffset] = {}
         self._readable: list[TopicIdPartition] | None = None  # until the next apply
 
     def partition(self, tp: TopicIdPartition) -> PartitionState:
@@ -148,8 +152,8 @@ class MetadataState:
             if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
                 raise InvalidStateTransitionError(
                     f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
-        elif isinstance(record, RemoteLogDataLoss | RemoteLogDivergence):
-            pass  # a fact the copier observed; any range is allowed, repeats are applied once
+        elif isinstance(record, RemoteLogDataLoss | RemoteLogDivergence | ArchivedGroupOffset):
+            pass  # a fact observed (a range, repeats applied once), or a commit (the last one wins)
         elif isinstance(record, RemoteLogStartOffset):
             state = self.partitions.get(record.topic_id_partition)
             if state is not None and record.log_start_offset < state.log_start_offset:
@@ -195,6 +199,8 @@ class MetadataState:
             gap = (record.first_offset, record.last_offset)
             if gap not in state.data_loss:
                 state.data_loss.append(gap)
+        elif isinstance(record, ArchivedGroupOffset):
+            self.group_offsets[(record.group_id, record.topic_id_partition)] = record
         elif isinstance(record, RemoteLogDivergence):
             state = self.partition(record.topic_id_partition)
             key = _divergence_key(record)
@@ -207,6 +213,8 @@ class MetadataState:
             yield topic
         for tp in sorted(self.partitions):
             yield from self.partition_records(tp)
+        for _, offset in sorted(self.group_offsets.items()):
+            yield offset
 
     def partition_records(self, tp: TopicIdPartition) -> Iterator[RemoteLogMetadata]:
         """Records that rebuild ``tp``'s state when applied in order (none if it has none)."""
@@ -253,7 +261,7 @@ class MetadataState:
         return sorted(readable)
 
     def size_of_live_records(self) -> int:
-        return len(self.topics) + sum(
+        return len(self.topics) + len(self.group_offsets) + sum(
             len(s.segments) + (s.delete_state is not None) + (s.log_start_offset > 0) + len(s.data_loss)
             + len(s.divergences)
             for s in self.partitions.values())

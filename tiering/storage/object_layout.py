@@ -165,6 +165,11 @@ class ObjectStorage(RemoteStorageManager):
         self.requests.moved(read=len(data))
         return data
 
+    def delete_object(self, relative: str) -> None:
+        """Deletes one object; an absent one is fine."""
+        self._check_open()
+        self._delete_keys([self.key(relative)])
+
     def list_directory(self, relative: str) -> tuple[list[str], list[str]]:
         """The object names and the subdirectory names directly under ``relative`` ("" for the
         top), each without the directory part."""
