@@ -124,6 +124,10 @@ TIERING = Group("Tiering", ("tiering/config.py",), "operating-tiering.md#tiering
     Key(_TIERING["deleted_topic_grace_ms"], "`300000`",
         "a topic with remote data missing from the cluster this long (deleted without the proxy) is "
         "deleted from the remote tier"),
+    Key(_TIERING["deleted_topic_retention_ms"], "`0`",
+        "how long a deleted topic's remote data is kept (through the proxy or not): `0` Kafka's rule "
+        "(at once; after the grace above when deleted without the proxy), `-1` for ever; counted from "
+        "when this proxy saw it gone. Served meanwhile where `proxy.archived.topics` names it"),
     Key(_TIERING["segment_bytes"], "`1073741824` (1 GiB)",
         "segment roll, for topics that do not set `segment.bytes` themselves"),
     Key(_TIERING["segment_ms"], "`604800000` (7 days)", "segment roll, for topics that do not set `segment.ms` themselves"),

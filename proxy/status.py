@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.chain import Core
-from proxy.status_page import Bucket, BudgetState, StatusSnapshot, TierRequests
+from proxy.status_page import ArchiveRow, Bucket, BudgetState, StatusSnapshot, TierRequests
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.status import BrokerOffsets, tiers_view
@@ -167,4 +167,15 @@ class StatusSource:
             partitions=view.partitions if view is not None else [], topics=view.topics if view is not None else {},
             owners=view.owners if view is not None else {},
             tier=tier, activity=self.ring.buckets(), bucket_seconds=self.ring.bucket_s,
-            window_seconds=self.ring.window_s, budgets=budgets)
+            window_seconds=self.ring.window_s, budgets=budgets, archives=self._archives())
+
+    def _archives(self) -> list[ArchiveRow]:
+        rows = []
+        for archive in self.tiering.archives if self.tiering is not None else []:
+            source = "this remote tier" if archive.keeps_data else archive.what
+            for name, topic in sorted(archive.topics().items()):
+                segments = [archive.store.copied_segments(tp) for tp in topic.partitions.values()]
+                rows.append(ArchiveRow(name, source, len(topic.partitions), sum(map(len, segments)),
+                                       sum(s.segment_size_bytes for ss in segments for s in ss),
+                                       sum(ss[-1].end_offset + 1 - ss[0].start_offset for ss in segments if ss)))
+        return rows

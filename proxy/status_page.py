@@ -58,6 +58,18 @@ class BudgetState:
 
 
 @dataclass(frozen=True)
+class ArchiveRow:
+    """An archived topic as the status page shows it."""
+
+    topic: str
+    source: str  # "this remote tier", or the read replica's
+    partitions: int
+    segments: int
+    remote_bytes: int
+    offsets: int  # records' offsets held, over its partitions
+
+
+@dataclass(frozen=True)
 class StatusSnapshot:
     generated_at: float  # time.time()
     bootstrap: str  # the address clients bootstrap from
@@ -73,6 +85,7 @@ class StatusSnapshot:
     bucket_seconds: float = 10.0
     window_seconds: float = 600.0
     budgets: Sequence[BudgetState] = ()
+    archives: Sequence[ArchiveRow] = ()
 
 
 def _e(value: object) -> str:
@@ -346,6 +359,18 @@ def _tier(s: StatusSnapshot) -> str:
             "</p></section>")
 
 
+def _archives(s: StatusSnapshot) -> str:
+    if not s.archives:
+        return ""
+    rows = "".join(f'<tr><th><code>{_e(a.topic)}</code></th><td>{_e(a.source)}</td><td class="num">{a.partitions}</td>'
+                   f'<td class="num">{a.segments}</td><td class="num">{_e(format_bytes(a.remote_bytes))}</td>'
+                   f'<td class="num">{a.offsets}</td></tr>' for a in s.archives)
+    return ('<section id="archives"><h2>Archived topics</h2><p class="note">Served read-only from the remote tier: '
+            "the cluster has no topic of the name.</p><table><thead><tr><th>topic</th><th>served from</th>"
+            "<th>partitions</th><th>segments</th><th>remote bytes</th><th>offsets</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></section>")
+
+
 def _budgets(s: StatusSnapshot) -> str:
     if not s.budgets:
         return ""
@@ -373,4 +398,5 @@ def render(s: StatusSnapshot) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="refresh" content="{REFRESH_S}"><link rel="icon" href="data:,">'
             f"<title>tiered-proxy status</title><style>{_STYLE}</style></head><body>"
-            f"{_header(s)}{_brokers(s)}{_partitions(s)}{_activity(s)}{_tier(s)}{_budgets(s)}</body></html>\n")
+            f"{_header(s)}{_brokers(s)}{_partitions(s)}{_archives(s)}{_activity(s)}{_tier(s)}{_budgets(s)}"
+            "</body></html>\n")

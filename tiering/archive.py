@@ -103,6 +103,7 @@ class Archive:
             raise ValueError(f"{setting} must be positive, got {refresh_interval_ms}")
         self.names = names
         self.local_names = dict(local_names or {})
+        self.keeps_data = local_names is None  # this proxy's own bucket (a read replica's is another's)
         self.what = what
         self.storage = storage
         self.store = BucketIndexStore(storage, refresh_interval_ms / 1000)

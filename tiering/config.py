@@ -67,6 +67,7 @@ class TieringConfig:
     copier_fetch_max_bytes: int = 8 << 20  # proxy.copier.fetch.max.bytes
     copy_backoff_max_ms: int = 60_000  # proxy.copier.backoff.max.ms
     deleted_topic_grace_ms: int = 300_000  # proxy.deleted.topic.grace.ms
+    deleted_topic_retention_ms: int = 0  # proxy.deleted.topic.retention.ms (0: Kafka's rule; -1: for ever)
     # Defaults for topics that do not set their own (broker config names):
     segment_bytes: int = 1 << 30  # log.segment.bytes
     segment_ms: int = 7 * 24 * 3600 * 1000  # log.roll.ms
@@ -86,6 +87,7 @@ class TieringConfig:
         "copier_fetch_max_bytes": "proxy.copier.fetch.max.bytes",
         "copy_backoff_max_ms": "proxy.copier.backoff.max.ms",
         "deleted_topic_grace_ms": "proxy.deleted.topic.grace.ms",
+        "deleted_topic_retention_ms": "proxy.deleted.topic.retention.ms",
         "segment_bytes": "log.segment.bytes",
         "segment_ms": "log.roll.ms",
         "index_interval_bytes": "log.index.interval.bytes",
@@ -109,6 +111,8 @@ class TieringConfig:
             raise ValueError("remote.log.manager.thread.pool.size must be at least 1")
         if config.task_interval_ms < 1:
             raise ValueError("remote.log.manager.task.interval.ms must be positive")
+        if config.deleted_topic_retention_ms < -1:
+            raise ValueError("proxy.deleted.topic.retention.ms must be -1 (for ever), 0 (Kafka's rule) or positive")
         if config.segment_bytes < 1:
             raise ValueError("log.segment.bytes must be positive")
         return config

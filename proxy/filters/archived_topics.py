@@ -17,6 +17,9 @@ from the remote tier.
   cluster refuses offsets for a topic it does not have), which every proxy of the cluster reads:
   a classic consumer group commits and resumes as on any topic. The group's generation is not
   checked for these commits (the broker checks it for the others).
+- **DescribeLogDirs**: the remote tier's log dir lists them with their remote sizes and segment
+  counts, in the state ``ARCHIVED`` (or ``READ-REPLICA``), so ``tiered-proxy describe`` and
+  ``kafka-log-dirs.sh`` show them.
 
 Each source (this proxy's own bucket; a read replica's) has its reader; where two serve the same
 name, the first wins.
@@ -33,6 +36,7 @@ from typing import Any
 import trio
 
 from protocol.apis import (
+    DESCRIBE_LOG_DIRS,
     FETCH,
     LIST_OFFSETS,
     METADATA,
@@ -42,6 +46,13 @@ from protocol.apis import (
     PRODUCE,
 )
 from protocol.errors import ErrorCode
+from protocol.remote_log_dir import (
+    REMOTE_LOG_DIR_PREFIX,
+    SEGMENT_COUNT,
+    TAG_SEGMENT_COUNT,
+    TAG_TIERED_BY,
+    TAG_TIERING_STATE,
+)
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.partition_reads import FetchReads, PartitionKey, ReadEntry, ReadResult
 from tiering.archive import Archive, ArchivedTopic
@@ -76,7 +87,8 @@ class Served:
 
 class ArchivedTopics(Filter):
     name = "archived-topics"
-    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, OFFSET_COMMIT, OFFSET_FETCH})
+    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, OFFSET_COMMIT, OFFSET_FETCH,
+                      DESCRIBE_LOG_DIRS})
 
     def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode,
                  offsets: RemoteLogMetadataManager) -> None:
@@ -112,6 +124,8 @@ class ArchivedTopics(Filter):
             return await self._on_offset_commit(ctx, topics)
         elif key == OFFSET_FETCH:
             self._on_offset_fetch(ctx, topics)
+        elif key == DESCRIBE_LOG_DIRS:
+            self._on_describe_log_dirs(ctx, topics)
         else:
             return self._on_produce(ctx, topics)
         return None
@@ -393,6 +407,27 @@ class ArchivedTopics(Filter):
 
         ctx.on_response(add)
 
+    # --- DescribeLogDirs -------------------------------------------------------------------------
+
+    def _on_describe_log_dirs(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
+        asked = ctx.request.body["topics"]
+        wanted = None if asked is None else {t["topic"]: set(t["partitions"]) for t in asked if t["topic"] in topics}
+        if wanted == {}:
+            return
+
+        async def add(ctx: RequestContext, message: Message) -> None:
+            remote = next((r for r in message.body["results"] if r["log_dir"].startswith(REMOTE_LOG_DIR_PREFIX)), None)
+            if remote is None or remote["error_code"] != ErrorCode.NONE:
+                return
+            names = set(topics) if wanted is None else set(wanted)
+            remote["topics"] = [t for t in remote["topics"] if t["name"] not in names]
+            for name in sorted(names):
+                remote["topics"].append(_log_dir_topic(topics[name], None if wanted is None else wanted[name],
+                                                       ctx.version))
+            message.changed()
+
+        ctx.on_response(add)
+
     # --- Produce ---------------------------------------------------------------------------------
 
     def _on_produce(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
@@ -427,6 +462,25 @@ def _offset_answer(offset: ArchivedGroupOffset | None, partition: int) -> dict[s
     return {"partition_index": partition, "committed_offset": offset.offset if offset else -1,
             "committed_leader_epoch": offset.leader_epoch if offset else -1,
             "metadata": (offset.metadata or "") if offset else "", "error_code": ErrorCode.NONE}
+
+
+def _log_dir_topic(served: Served, partitions: set[int] | None, version: int) -> dict[str, Any]:
+    """An archived topic in the remote tier's log dir (as TopicAdmin lists tiered ones)."""
+    entries = []
+    for p, tp in sorted(served.topic.partitions.items()):
+        if partitions is not None and p not in partitions:
+            continue
+        segments = served.source.archive.store.copied_segments(tp)
+        entry: dict[str, Any] = {"partition_index": p, "partition_size": sum(s.segment_size_bytes for s in segments),
+                                 "offset_lag": 0, "is_future_key": False}
+        if version >= 2:
+            entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: SEGMENT_COUNT.pack(len(segments))}
+        entries.append(entry)
+    topic: dict[str, Any] = {"name": served.name, "partitions": entries}
+    if version >= 2:
+        state = "ARCHIVED" if served.source.archive.keeps_data else "READ-REPLICA"
+        topic["_unknown_tags"] = {TAG_TIERED_BY: b"proxy", TAG_TIERING_STATE: state.encode()}
+    return topic
 
 
 def _ends(source: ArchiveSource, tp: TopicIdPartition) -> tuple[int | None, int | None]:

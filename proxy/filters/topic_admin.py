@@ -425,8 +425,8 @@ class TopicAdmin(Filter):
                 topic_id = uuid.UUID(bytes=bytes(raw_id)) if raw_id and bytes(raw_id) != bytes(16) else None
                 if name is None and topic_id is not None:
                     name = next((tp.topic for tp in self.tiering.metadata.partitions() if tp.topic_id == topic_id), None)
-                if name is not None:
-                    # Every incarnation the store knows under this name is gone now.
+                if name is not None and self.defaults.deleted_topic_retention_ms == 0:
+                    # Kafka's rule (else kept for proxy.deleted.topic.retention.ms): every incarnation, now.
                     await self._store(lambda n=name: self.tiering.manager.mark_topic_deleted(n))
                     self.tiering.manager.wake()
 

@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from protocol.apis import LIST_OFFSETS, PRODUCE
-from tests.clients import read_to_end
+from proxy.describe import describe
+from tests.clients import consume_records, read_to_end
 from tests.integration.s3_server import new_bucket, s3_uri_args
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
@@ -21,7 +22,9 @@ from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, message_number, produce_numbered, wait_until
 from tiering.broker_client import BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
+from tiering.metadata.manifests import read_bucket
 from tiering.metadata.state import MetadataState
+from tiering.storage.uri import storage_from_uri
 
 RECORDS, PARTITIONS = 4000, 2
 FAST = ("--set", "remote.log.manager.task.interval.ms=200", "--set", "proxy.manifest.interval.ms=300",
@@ -182,6 +185,11 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         [refused] = answer["responses"][0]["partition_responses"]
         assert refused["error_code"] == 29 and f"topic {topic} is archived" in refused["error_message"], refused
         assert "has been gone from the cluster" not in proxy.log_path.read_text()
+        rows = describe(proxy.bootstrap, topic)  # tiered-proxy describe
+        per_partition = RECORDS // PARTITIONS
+        assert [(r.rx, r.ry, r.lx, r.lz, r.state) for r in rows] == [(0, per_partition - 1, per_partition,
+                                                                     per_partition, "ARCHIVED")] * PARTITIONS
+        assert all(r.segments > 0 and r.remote_bytes > 0 for r in rows)
         if tier == "local":
             _changes_are_refused(proxy, topic)
             _classic_group_commits_and_resumes(proxy, topic)
@@ -204,3 +212,64 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
     finally:
         fresh.stop()
 
+
+
+def test_a_topic_deleted_through_the_proxy_is_kept_and_every_reader_reads_it(kafka, tmp_path, unique_name):
+    """Drill 1: with proxy.deleted.topic.retention.ms=-1, DeleteTopics through the proxy keeps the
+    remote data; librdkafka (confluent-kafka), kafka-python, kcat and the Spark source (its segment
+    plan from the remote tier's manifests) each read every record once from offset 0."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    topic = unique_name
+    data_dir = tmp_path / "data"
+    proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--data-dir", str(data_dir),
+                        "--remote", f"file://{tmp_path}/remote", *FAST, "--set", f"proxy.archived.topics={topic}",
+                        "--set", "proxy.deleted.topic.retention.ms=-1")
+    client = BrokerClient(kafka.bootstrap)
+    try:
+        create_tiered_topic(proxy.bootstrap, topic, partitions=PARTITIONS)
+        produce_numbered(proxy.bootstrap, topic, 0, RECORDS, PARTITIONS)
+        assert wait_until(lambda: _tiered_to_end(data_dir, topic, client), 90), proxy.log_path.read_text()[-3000:]
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.delete_topics([topic])[topic].result(30)  # through the proxy
+        assert wait_until(lambda: topic not in client.metadata([topic]) and _listed(proxy, topic), 30)
+
+        _read_every_record_once(proxy, topic)  # librdkafka
+        got = consume_records("kafka-python", proxy.bootstrap, topic, PARTITIONS, RECORDS, timeout=120)
+        assert sorted(message_number(r.value) for rs in got.values() for r in rs) == list(range(RECORDS))
+        kcat = shutil.which("kcat")
+        assert kcat, "kcat is not installed (CI installs it in .ci/run)"
+        done = subprocess.run([kcat, "-b", proxy.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+                               "-f", "%p %o %k\n"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        keys = [line.split(b" ")[2] for line in done.stdout.splitlines()]  # k{i}: values hold random bytes
+        assert sorted(int(key[1:]) for key in keys) == list(range(RECORDS))
+
+        from pyspark.sql import SparkSession
+
+        from tiering.spark.source import TieredKafkaDataSource
+
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        spark = (SparkSession.builder.master("local[2]").appName("archived").config("spark.ui.enabled", "false")
+                 .getOrCreate())
+        try:
+            spark.dataSource.register(TieredKafkaDataSource)
+            frame = (spark.read.format("tiered-kafka").option("kafka.bootstrap.servers", proxy.bootstrap)
+                     .option("subscribe", topic).option("remote.log.storage.uri", f"file://{tmp_path}/remote")
+                     .option("remote.log.metadata.uri", "manifests:").load())
+            tasks = frame.rdd.getNumPartitions()
+            rows = frame.select("partition", "offset", "value").collect()
+        finally:
+            spark.stop()
+        # One task per remote segment, planned from the manifests (no tail: the archive ends at Ry).
+        described = read_bucket(storage_from_uri(f"file://{tmp_path}/remote")).state
+        assert tasks == sum(len(described.finished(tp)) for tp in described.partitions if tp.topic == topic) > 2
+        assert sorted(message_number(bytes(r.value)) for r in rows) == list(range(RECORDS))
+        assert len({(r.partition, r.offset) for r in rows}) == RECORDS
+        assert "marked for deletion" not in proxy.log_path.read_text()
+    finally:
+        proxy.stop()
+        client.close()

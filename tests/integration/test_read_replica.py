@@ -10,6 +10,7 @@ import time
 
 from confluent_kafka import Producer
 
+from proxy.describe import describe
 from tests.clients import read_to_end
 from tests.integration.s3_server import READ_ONLY_CREDENTIALS, REGION, new_bucket, s3_client, s3_uri_args
 from tests.kafka_cluster import start_single
@@ -77,6 +78,7 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
         assert sorted(message_number(r.value) for rs in got.values() for r in rs) == list(range(6000))
         print(f"read replica caught up {lag_s:.1f} s after A's last segment was tiered")
 
+        assert {r.state for r in describe(proxy_b.bootstrap, local_name)} == {"READ-REPLICA"}
         errors: list[object] = []
         producer = Producer({"bootstrap.servers": proxy_b.bootstrap, "message.timeout.ms": 10_000})
         producer.produce(local_name, b"nope", partition=0, on_delivery=lambda e, m: errors.append(e))

@@ -15,6 +15,7 @@ from proxy.chain import BrokerSeen
 from proxy.filters.metrics import listener_app
 from proxy.status import ActivityRing
 from proxy.status_page import (
+    ArchiveRow,
     Bucket,
     BudgetState,
     StatusSnapshot,
@@ -114,6 +115,14 @@ def test_the_page_is_one_document_that_reloads_itself_and_loads_nothing() -> Non
     assert 'data-node="1" data-state="reachable"' in page and 'data-node="2" data-state="unreachable"' in page
     assert "no listener" in page and "not in the latest metadata" in page
     assert "One proxy process" in page
+
+
+def test_archived_topics_are_listed_with_where_they_come_from() -> None:
+    page = render(_snapshot(archives=[ArchiveRow("orders", "this remote tier", 3, 12, 5 << 20, 9000),
+                                      ArchiveRow("<b>x</b>", "read replica of s3://a/t", 1, 1, 10, 5)]))
+    assert '<section id="archives">' in page and "<b>x" not in page and "&lt;b&gt;x" in page
+    assert "<code>orders</code></th><td>this remote tier</td>" in page and "5.0 MiB" in page
+    assert '<section id="archives">' not in render(_snapshot())
 
 
 def test_a_worker_says_what_its_page_shows() -> None:

@@ -220,8 +220,7 @@ class RemoteLogManager:
             broker = configs.get(topic.name)
             if broker is None:
                 # No decision without the topic's configs (it may be compacted, or the brokers'):
-                # copiers already running keep going, nothing new starts until the broker
-                # describes it again.
+                # copiers already running keep going, nothing new starts until it is described again.
                 undescribed.add(topic.name)
                 if topic.name in self.brokers_hold:
                     brokers_hold.add(topic.name)
@@ -421,8 +420,9 @@ class RemoteLogManager:
             info = topics.get(name)
             if info is None:
                 since = missing[name] = self._missing.get(name, now)
-                if now - since >= self.config.deleted_topic_grace_ms / 1000 and name in self._missing \
-                        and not self.keeps_remote(name):  # an archive's remote data is kept
+                kept_ms = self.config.deleted_topic_retention_ms  # -1: for ever; an archive's: for ever too
+                if now - since >= max(self.config.deleted_topic_grace_ms, kept_ms) / 1000 and name in self._missing \
+                        and kept_ms >= 0 and not self.keeps_remote(name):
                     log.warning("topic %s has been gone from the cluster for %.0fs: deleting its remote data",
                                 name, now - since)
                     self.mark_topic_deleted(name)

@@ -60,7 +60,7 @@ from tiering.model import (
     TopicIdPartition,
     TopicTieringState,
 )
-from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError
+from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageManager
 from tiering.storage.object_layout import ObjectStorage, kafka_uuid_str
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 TOPIC_MANIFEST = "topic.manifest"
 PARTITION_MANIFEST = "partition.manifest"
 MANIFEST_INTERVAL_CONFIG = "proxy.manifest.interval.ms"
+MANIFESTS_URI = "manifests:"  # a metadata URI that names the remote tier's own manifests (readers only)
 DEFAULT_MANIFEST_INTERVAL_MS = 1000
 _READ_THREADS = 16
 _KAFKA_UUID_CHARS = 22  # 16 bytes in unpadded base64
@@ -261,9 +262,11 @@ def _topic_id_of(directory: str) -> str | None:
     return None
 
 
-def read_bucket(storage: ObjectStorage, *, threads: int = _READ_THREADS) -> BucketIndex:
+def read_bucket(storage: RemoteStorageManager, *, threads: int = _READ_THREADS) -> BucketIndex:
     """The segment index the bucket's manifests describe. Raises ManifestError for a corrupt
-    manifest (never serves a guess)."""
+    manifest (never serves a guess), ValueError for a storage that keeps none (not one of ours)."""
+    if not isinstance(storage, ObjectStorage):
+        raise ValueError(f"{type(storage).__name__} keeps no manifests")
     _, top = storage.list_directory("")
     topic_dirs = [d for d in top if _topic_id_of(d) is not None]
     index = BucketIndex(MetadataState(), topics=len(topic_dirs))

@@ -16,7 +16,8 @@ names them: ``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``
 ``endingOffsets``, ``startingTimestamp``, ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``,
 ``includeHeaders``, ``kafka.bootstrap.servers`` (the proxy), ``kafka.isolation.level``
 (``read_uncommitted`` by default, as there). The remote tier: ``remote.log.storage.uri``,
-``remote.log.metadata.uri`` and any ``remote.log.storage.s3.*`` keys, as the proxy is configured;
+``remote.log.metadata.uri`` (or ``manifests:``: the remote tier's own manifests, for archived
+topics and read replicas) and any ``remote.log.storage.s3.*`` keys, as the proxy is configured;
 ``maxBytesPerPartition`` (128 MiB) splits larger segments.
 
 A secured cluster: ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``
@@ -55,6 +56,7 @@ from protocol.remote_formats.transaction_index import decode_transaction_index
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient
 from tiering.client_security import KEYS as CLIENT_SECURITY_KEYS
 from tiering.client_security import SPARK_PREFIX, ClientSecurity
+from tiering.metadata.manifests import MANIFESTS_URI, read_bucket
 from tiering.metadata.state import MetadataState
 from tiering.metadata.view import load_metadata
 from tiering.model import IndexType, RemoteLogSegmentMetadata
@@ -282,6 +284,12 @@ class _Planner:
     def _metadata(self) -> MetadataState | None:
         if not self.options.metadata_uri:
             return None
+        if self.options.metadata_uri == MANIFESTS_URI:  # the remote tier's own description (archives)
+            storage = storage_from_uri(self.options.storage_uri, **self.options.storage_props)
+            try:
+                return read_bucket(storage).state
+            finally:
+                storage.close()
         return load_metadata(self.options.metadata_uri, self.options.bootstrap, self.raw, self.options.security())
 
     @staticmethod
