@@ -93,7 +93,7 @@ def read_replica_topics(props: Mapping[str, object]) -> tuple[frozenset[str] | N
 
 class Archive:
     """The archived topics of one bucket, given the names the cluster has now: this proxy's own
-    (``writable`` storage, whose data it keeps), or a read replica's (another cluster's)."""
+    remote tier (whose data it keeps), or a read replica's (another cluster's, only read)."""
 
     def __init__(self, storage: ObjectStorage, names: frozenset[str] | None, refresh_interval_ms: int,
                  cluster_topics: Callable[[], Mapping[str, uuid.UUID] | None], *,

@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.bench.backfill import (
     MEASURING_PROPS,
@@ -71,15 +71,18 @@ def main() -> None:
                 started = time.monotonic()
                 count = produce(proxy.bootstrap, [LIVE, ARCHIVED], args.megabytes, 1000, 2, "lz4", {LIVE, ARCHIVED})
                 admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-                resources = [ConfigResource("TOPIC", t, set_config={"segment.ms": "1000"}) for t in (LIVE, ARCHIVED)]
-                for future in admin.alter_configs(resources).values():
+                resources = [ConfigResource("TOPIC", t, incremental_configs=[ConfigEntry(
+                    "segment.ms", "1000", incremental_operation=AlterConfigOpType.SET)]) for t in (LIVE, ARCHIVED)]
+                for future in admin.incremental_alter_configs(resources).values():
                     future.result(30)
                 leader = client.metadata([LIVE])[LIVE].partitions[0].leader
                 ends = {(t, p): client.list_offset(leader, t, p, -1)[1] for t in (LIVE, ARCHIVED) for p in range(PARTITIONS)}
+                assert min(ends.values()) > 0, ends
                 assert wait_until(lambda: all(tiered_ends(data).get(k, -1) + 1 >= end for k, end in ends.items()), 600)
                 print(f"{count} records in each topic, produced and tiered in {time.monotonic() - started:.0f} s",
                       flush=True)
-            AdminClient({"bootstrap.servers": broker.bootstrap}).delete_topics([ARCHIVED])[ARCHIVED].result(30)
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.delete_topics([ARCHIVED])[ARCHIVED].result(30)
             assert wait_until(lambda: ARCHIVED not in client.metadata([ARCHIVED]), 30)
             speeds: dict[str, list[float]] = {LIVE: [], ARCHIVED: []}
             for r in range(args.runs):
