@@ -11,7 +11,8 @@ back through the response hooks they registered in the reverse order:
    fetches. With tiering.
 5. ``archived-topics``: topics the cluster no longer has, served read-only from the remote tier,
    and another cluster's, from its remote tier (a read replica). With ``proxy.archived.topics`` or
-   ``proxy.read.replica.remote.log.storage.uri``.
+   ``proxy.read.replica.remote.log.storage.uri``. Then ``archived-group-offsets``: consumer groups'
+   offsets in them, kept in the metadata store.
 6. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
 7. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
    DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
@@ -22,10 +23,12 @@ another: what one needs of another (the remote reader, the read counters) is han
 
 from __future__ import annotations
 
+from proxy.archive_sources import ArchiveSource
 from proxy.chain import Filter
 from proxy.config import ProxyConfig
 from proxy.filters.address_rewriting import AddressRewriting
-from proxy.filters.archived_topics import ArchivedTopics, ArchiveSource
+from proxy.filters.archived_offsets import ArchivedGroupOffsets
+from proxy.filters.archived_topics import ArchivedTopics
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
 from proxy.filters.tiered_reads import TieredReads
@@ -47,6 +50,6 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
         chain.append(FetchSessions(config.extra))
         sources = [ArchiveSource(a, *reads.archive_reads(a.store, a.storage)) for a in tiering.archives]
         if sources:
-            chain.append(ArchivedTopics(sources, reads.not_available_code, tiering.metadata))
+            chain += [ArchivedTopics(sources, reads.not_available_code), ArchivedGroupOffsets(sources, tiering.metadata)]
         chain += [reads, TopicAdmin(config, tiering, reads.reader)]
     return chain

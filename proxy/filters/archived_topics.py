@@ -13,24 +13,18 @@ from the remote tier.
   timestamps from the remote time indexes) and **OffsetForLeaderEpoch** come from the remote tier.
 - **Produce** to them is refused with TOPIC_AUTHORIZATION_FAILED, which clients do not retry, and
   a message saying why; the rest of the request goes on.
-- **OffsetCommit** and **OffsetFetch** of their partitions are kept in the metadata store (the
-  cluster refuses offsets for a topic it does not have), which every proxy of the cluster reads:
-  a classic consumer group commits and resumes as on any topic. The group's generation is not
-  checked for these commits (the broker checks it for the others).
+- Their consumer groups' offsets: ``proxy/filters/archived_offsets.py``.
 - **DescribeLogDirs**: the remote tier's log dir lists them with their remote sizes and segment
   counts, in the state ``ARCHIVED`` (or ``READ-REPLICA``), so ``tiered-proxy describe`` and
   ``kafka-log-dirs.sh`` show them.
 
-Each source (this proxy's own bucket; a read replica's) has its reader; where two serve the same
-name, the first wins.
+Each source (this proxy's own bucket; a read replica's: ``proxy/archive_sources.py``) has its
+reader; where two serve the same name, the first wins.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -40,8 +34,6 @@ from protocol.apis import (
     FETCH,
     LIST_OFFSETS,
     METADATA,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
@@ -53,12 +45,10 @@ from protocol.remote_log_dir import (
     TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
+from proxy.archive_sources import ArchiveSource, Served, finder, served_topics
 from proxy.chain import Answer, Filter, Message, RequestContext
-from proxy.partition_reads import FetchReads, PartitionKey, ReadEntry, ReadResult
-from tiering.archive import Archive, ArchivedTopic
-from tiering.metadata.manager import RemoteLogMetadataManager
-from tiering.model import ArchivedGroupOffset, TopicIdPartition
-from tiering.read.reader import RemoteReader
+from proxy.partition_reads import PartitionKey, ReadEntry, ReadResult
+from tiering.model import TopicIdPartition
 
 log = logging.getLogger(__name__)
 
@@ -66,49 +56,20 @@ _EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3
 _LONGEST_IDLE_WAIT_S = 30.0  # a client's max_wait_ms above this is not honoured in full
 
 
-@dataclass(frozen=True)
-class ArchiveSource:
-    archive: Archive
-    reader: RemoteReader
-    reads: FetchReads
-
-
-@dataclass(frozen=True)
-class Served:
-    """An archived topic and the source that serves it."""
-
-    topic: ArchivedTopic
-    source: ArchiveSource
-
-    @property
-    def name(self) -> str:
-        return self.topic.name
-
-
 class ArchivedTopics(Filter):
     name = "archived-topics"
-    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, OFFSET_COMMIT, OFFSET_FETCH,
-                      DESCRIBE_LOG_DIRS})
+    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, DESCRIBE_LOG_DIRS})
 
-    def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode,
-                 offsets: RemoteLogMetadataManager) -> None:
+    def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode) -> None:
         self.sources = sources
-        self.offsets = offsets  # where group offsets of archived topics are kept
         self.not_available_code = not_available_code
         self.fetches = 0  # archived partitions answered with records
         self.fetch_bytes = 0
         self.not_available = 0
         self.produce_refused = 0
 
-    def topics(self) -> dict[str, Served]:
-        served: dict[str, Served] = {}
-        for source in self.sources:
-            for name, topic in source.archive.topics().items():
-                served.setdefault(name, Served(topic, source))
-        return served
-
     async def on_request(self, ctx: RequestContext) -> Answer | None:
-        topics = self.topics()
+        topics = served_topics(self.sources)
         if not topics:
             return None
         key = ctx.api.key
@@ -120,10 +81,6 @@ class ArchivedTopics(Filter):
             self._on_list_offsets(ctx, topics)
         elif key == OFFSET_FOR_LEADER_EPOCH:
             self._on_offset_for_leader_epoch(ctx, topics)
-        elif key == OFFSET_COMMIT:
-            return await self._on_offset_commit(ctx, topics)
-        elif key == OFFSET_FETCH:
-            self._on_offset_fetch(ctx, topics)
         elif key == DESCRIBE_LOG_DIRS:
             self._on_describe_log_dirs(ctx, topics)
         else:
@@ -177,7 +134,7 @@ class ArchivedTopics(Filter):
         if version < 4 or replica >= 0:
             return  # message formats v0-v1 (not held remotely), or replication
         topic_field = "topic_id" if version >= 13 else "topic"
-        lookup = _lookup(topics, topic_field)
+        lookup = finder(topics, topic_field)
         wanted: dict[PartitionKey, tuple[TopicIdPartition | None, int, int, ArchiveSource]] = {}
         kept = []
         for t in request["topics"]:
@@ -318,95 +275,6 @@ class ArchivedTopics(Filter):
 
         ctx.on_response(answer)
 
-    # --- Group offsets -------------------------------------------------------------------------
-
-    async def _on_offset_commit(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
-        request = ctx.request.body
-        field = "topic_id" if ctx.version >= 10 else "name"
-        lookup = _lookup(topics, field)
-        archived = [(t, served) for t in request["topics"] if (served := lookup(t[field])) is not None]
-        if not archived:
-            return None
-        request["topics"] = [t for t in request["topics"] if lookup(t[field]) is None]
-        ctx.request.changed()
-        now = int(time.time() * 1000)
-        commits = [(p["partition_index"], ArchivedGroupOffset(
-            request["group_id"], tp, p["committed_offset"], p.get("committed_leader_epoch", -1),
-            p.get("committed_metadata"), now) if (tp := served.topic.partitions.get(p["partition_index"])) else None)
-            for t, served in archived for p in t["partitions"]]
-
-        def commit() -> ErrorCode:
-            try:
-                for _, offset in commits:
-                    if offset is not None:
-                        self.offsets.commit_archived_offset(offset)
-            except Exception as e:  # noqa: BLE001 - answered as retriable: the client commits again
-                log.warning("group %s: offsets of archived topics not recorded: %s", request["group_id"], e)
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return ErrorCode.NONE
-
-        code = await trio.to_thread.run_sync(commit)
-        answers, i = [], 0
-        for t, _ in archived:
-            partitions = []
-            for p in t["partitions"]:
-                partitions.append({"partition_index": p["partition_index"],
-                                   "error_code": code if commits[i][1] else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-                i += 1
-            answers.append({field: t[field], "partitions": partitions})
-        if not request["topics"]:
-            return ctx.answer({"throttle_time_ms": 0, "topics": answers})
-
-        async def add(ctx: RequestContext, message: Message) -> None:
-            message.body["topics"] += answers
-            message.changed()
-
-        ctx.on_response(add)
-        return None
-
-    def _on_offset_fetch(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
-        version, request = ctx.version, ctx.request.body
-        field = "topic_id" if version >= 10 else "name"
-        lookup = _lookup(topics, field)
-        names = {tp: served.name for served in topics.values() for tp in served.topic.partitions.values()}
-        # (the group's entry in the request, the archived topics it names, or None for all of them)
-        asked: list[tuple[str, list[tuple[dict[str, Any], Served]] | None]] = []
-        for group in (request["groups"] if version >= 8 else [request]):
-            if group["topics"] is None:
-                asked.append((group["group_id"], None))
-                continue
-            named = [(t, served) for t in group["topics"] if (served := lookup(t[field])) is not None]
-            if named:
-                group["topics"] = [t for t in group["topics"] if lookup(t[field]) is None]
-                ctx.request.changed()
-                asked.append((group["group_id"], named))
-        if not asked:
-            return
-
-        async def add(ctx: RequestContext, message: Message) -> None:
-            response = message.body
-            for group_id, named in asked:
-                stored = self.offsets.archived_offsets(group_id)
-                if named is None:  # every topic: the archived ones with offsets stored
-                    by_topic: dict[str, list[dict[str, Any]]] = {}
-                    for tp, offset in sorted(stored.items()):
-                        if tp in names:
-                            by_topic.setdefault(names[tp], []).append(_offset_answer(offset, tp.partition))
-                    entries = [{field: topics[n].topic.topic_id.bytes if field == "topic_id" else n, "partitions": ps}
-                               for n, ps in by_topic.items()]
-                else:
-                    entries = [{field: t[field], "partitions": [
-                        _offset_answer(stored.get(served.topic.partitions.get(i)), i)  # type: ignore[arg-type]
-                        for i in t["partition_indexes"]]} for t, served in named]
-                if version >= 8:
-                    group = next(g for g in response["groups"] if g["group_id"] == group_id)
-                    group["topics"] += entries
-                else:
-                    response["topics"] += entries
-            message.changed()
-
-        ctx.on_response(add)
-
     # --- DescribeLogDirs -------------------------------------------------------------------------
 
     def _on_describe_log_dirs(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
@@ -433,7 +301,7 @@ class ArchivedTopics(Filter):
     def _on_produce(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
         version, request = ctx.version, ctx.request.body
         topic_field = "topic_id" if version >= 13 else "name"
-        lookup = _lookup(topics, topic_field)
+        lookup = finder(topics, topic_field)
         refused = [(t, served) for t in request["topic_data"] if (served := lookup(t[topic_field])) is not None]
         if not refused:
             return None
@@ -456,12 +324,6 @@ class ArchivedTopics(Filter):
         if request["acks"] != 0:
             ctx.on_response(add)
         return None
-
-
-def _offset_answer(offset: ArchivedGroupOffset | None, partition: int) -> dict[str, Any]:
-    return {"partition_index": partition, "committed_offset": offset.offset if offset else -1,
-            "committed_leader_epoch": offset.leader_epoch if offset else -1,
-            "metadata": (offset.metadata or "") if offset else "", "error_code": ErrorCode.NONE}
 
 
 def _log_dir_topic(served: Served, partitions: set[int] | None, version: int) -> dict[str, Any]:
@@ -531,11 +393,3 @@ async def _list_offset(source: ArchiveSource, tp: TopicIdPartition | None, asked
 def _holds(ends: tuple[int | None, int | None], offset: int) -> bool:
     rx, ry = ends
     return rx is not None and ry is not None and rx <= offset <= ry
-
-
-def _lookup(topics: dict[str, Served], field: str) -> Callable[[Any], Served | None]:
-    """Finds an archived topic as a message of this version names it: by name, or by id bytes."""
-    if field in ("topic", "name"):
-        return topics.get
-    by_id = {t.topic.topic_id.bytes: t for t in topics.values()}
-    return by_id.get

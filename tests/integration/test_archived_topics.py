@@ -15,8 +15,8 @@ from confluent_kafka.admin import AdminClient
 from protocol.apis import LIST_OFFSETS, PRODUCE
 from proxy.describe import describe
 from tests.clients import consume_records, read_to_end
-from tests.integration.s3_server import new_bucket, s3_uri_args
-from tests.kafka_cluster import start_single
+from tests.integration.s3_server import DUMMY_CREDENTIALS, new_bucket, s3_uri_args
+from tests.kafka_cluster import DEFAULT_VERSION, KAFKA_39, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
 from tests.tiering_checks import create_tiered_topic, message_number, produce_numbered, wait_until
@@ -27,6 +27,8 @@ from tiering.metadata.state import MetadataState
 from tiering.storage.uri import storage_from_uri
 
 RECORDS, PARTITIONS = 4000, 2
+S3_KEYS = {"remote.log.storage.s3.access.key.id": DUMMY_CREDENTIALS["aws_access_key_id"],
+           "remote.log.storage.s3.secret.access.key": DUMMY_CREDENTIALS["aws_secret_access_key"]}
 FAST = ("--set", "remote.log.manager.task.interval.ms=200", "--set", "proxy.manifest.interval.ms=300",
         "--set", "proxy.archived.topics.refresh.interval.ms=500")
 
@@ -146,9 +148,11 @@ def _remote(tier: str, tmp_path, s3_endpoint: str) -> tuple[str, ...]:
     return ("--remote", f"file://{tmp_path}/remote")
 
 
-@pytest.mark.parametrize("tier", ["local", "s3"])
-def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alone(kafka, tmp_path, unique_name,
-                                                                                  tier, s3_endpoint):
+@pytest.mark.parametrize(("tier", "cluster"), [("local", "kafka"), ("s3", "kafka"), ("local", "kafka39")])
+def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alone(tmp_path, unique_name, tier, cluster,
+                                                                                  s3_endpoint, request):
+    """On Kafka 4.4 with each tier; the core on 3.9 too."""
+    kafka = request.getfixturevalue(cluster)
     topic = unique_name
     remote = _remote(tier, tmp_path, s3_endpoint)
     data_dir = tmp_path / "data"
@@ -190,7 +194,7 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         assert [(r.rx, r.ry, r.lx, r.lz, r.state) for r in rows] == [(0, per_partition - 1, per_partition,
                                                                      per_partition, "ARCHIVED")] * PARTITIONS
         assert all(r.segments > 0 and r.remote_bytes > 0 for r in rows)
-        if tier == "local":
+        if tier == "local" and cluster == "kafka":
             _changes_are_refused(proxy, topic)
             _classic_group_commits_and_resumes(proxy, topic)
             _kip848_group_gets_no_partitions(proxy, topic)
@@ -200,7 +204,7 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
 
     # Everything but the bucket is lost: the cluster, the data dir and its metadata store.
     shutil.rmtree(data_dir)
-    fresh = start_single(tmp_path / "fresh-kafka")
+    fresh = start_single(tmp_path / "fresh-kafka", version=KAFKA_39 if cluster == "kafka39" else DEFAULT_VERSION)
     try:
         again = start_proxy(fresh.bootstrap, tmp_path / "again", "--data-dir", str(tmp_path / "new-data"), *remote,
                             *FAST, "--set", "proxy.archived.topics=*")
@@ -214,7 +218,9 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
 
 
 
-def test_a_topic_deleted_through_the_proxy_is_kept_and_every_reader_reads_it(kafka, tmp_path, unique_name):
+@pytest.mark.parametrize("tier", ["local", "s3"])
+def test_a_topic_deleted_through_the_proxy_is_kept_and_every_reader_reads_it(kafka, tmp_path, unique_name, tier,
+                                                                             s3_endpoint):
     """Drill 1: with proxy.deleted.topic.retention.ms=-1, DeleteTopics through the proxy keeps the
     remote data; librdkafka (confluent-kafka), kafka-python, kcat and the Spark source (its segment
     plan from the remote tier's manifests) each read every record once from offset 0."""
@@ -225,9 +231,10 @@ def test_a_topic_deleted_through_the_proxy_is_kept_and_every_reader_reads_it(kaf
 
     topic = unique_name
     data_dir = tmp_path / "data"
-    proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--data-dir", str(data_dir),
-                        "--remote", f"file://{tmp_path}/remote", *FAST, "--set", f"proxy.archived.topics={topic}",
-                        "--set", "proxy.deleted.topic.retention.ms=-1")
+    remote = _remote(tier, tmp_path, s3_endpoint)
+    storage_keys = S3_KEYS if tier == "s3" else {}
+    proxy = start_proxy(kafka.bootstrap, tmp_path / "proxy", "--data-dir", str(data_dir), *remote, *FAST,
+                        "--set", f"proxy.archived.topics={topic}", "--set", "proxy.deleted.topic.retention.ms=-1")
     client = BrokerClient(kafka.bootstrap)
     try:
         create_tiered_topic(proxy.bootstrap, topic, partitions=PARTITIONS)
@@ -258,14 +265,14 @@ def test_a_topic_deleted_through_the_proxy_is_kept_and_every_reader_reads_it(kaf
         try:
             spark.dataSource.register(TieredKafkaDataSource)
             frame = (spark.read.format("tiered-kafka").option("kafka.bootstrap.servers", proxy.bootstrap)
-                     .option("subscribe", topic).option("remote.log.storage.uri", f"file://{tmp_path}/remote")
-                     .option("remote.log.metadata.uri", "manifests:").load())
+                     .option("subscribe", topic).option("remote.log.storage.uri", remote[1])
+                     .option("remote.log.metadata.uri", "manifests:").options(**storage_keys).load())
             tasks = frame.rdd.getNumPartitions()
             rows = frame.select("partition", "offset", "value").collect()
         finally:
             spark.stop()
         # One task per remote segment, planned from the manifests (no tail: the archive ends at Ry).
-        described = read_bucket(storage_from_uri(f"file://{tmp_path}/remote")).state
+        described = read_bucket(storage_from_uri(remote[1], **storage_keys)).state
         assert tasks == sum(len(described.finished(tp)) for tp in described.partitions if tp.topic == topic) > 2
         assert sorted(message_number(bytes(r.value)) for r in rows) == list(range(RECORDS))
         assert len({(r.partition, r.offset) for r in rows}) == RECORDS

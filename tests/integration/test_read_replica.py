@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from proxy.describe import describe
@@ -33,12 +34,23 @@ def _remote_end(data_dir, topic: str) -> dict[int, int]:
             if tp.topic == topic and p.finished()}
 
 
-def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path, unique_name, s3_endpoint):
+@pytest.mark.parametrize("tier", ["s3", "local"])
+def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path, unique_name, s3_endpoint, tier):
     topic, local_name = unique_name, f"a.{unique_name}"
     bucket = new_bucket(s3_endpoint)
     a_data = tmp_path / "a-data"
-    proxy_a = start_proxy(kafka.bootstrap, tmp_path / "proxy-a", "--data-dir", str(a_data),
-                          *s3_uri_args(bucket, "cluster-a", s3_endpoint),
+    if tier == "s3":
+        a_remote = s3_uri_args(bucket, "cluster-a", s3_endpoint)
+        replica = (
+            "--set", f"proxy.read.replica.remote.log.storage.uri=s3://{bucket}/cluster-a?endpoint_url={s3_endpoint}"
+                     f"&region={REGION}",
+            "--set", f"proxy.read.replica.remote.log.storage.s3.access.key.id={READ_ONLY_CREDENTIALS['aws_access_key_id']}",
+            "--set", "proxy.read.replica.remote.log.storage.s3.secret.access.key="
+                     f"{READ_ONLY_CREDENTIALS['aws_secret_access_key']}")
+    else:
+        a_remote = ("--remote", f"file://{tmp_path}/a-remote")
+        replica = ("--set", f"proxy.read.replica.remote.log.storage.uri=file://{tmp_path}/a-remote")
+    proxy_a = start_proxy(kafka.bootstrap, tmp_path / "proxy-a", "--data-dir", str(a_data), *a_remote,
                           "--set", "remote.log.manager.task.interval.ms=200",
                           "--set", f"proxy.manifest.interval.ms={MANIFEST_MS}")
     cluster_b = start_single(tmp_path / "cluster-b")
@@ -47,15 +59,16 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
         create_tiered_topic(proxy_a.bootstrap, topic, partitions=PARTITIONS)
         produce_numbered(proxy_a.bootstrap, topic, 0, 3000, PARTITIONS)
         assert wait_until(lambda: sum(e + 1 for e in _remote_end(a_data, topic).values()) >= 2000, 90)
-        keys_before_b = {o["Key"] for o in s3_client(s3_endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+        def a_objects() -> set[str]:
+            if tier == "s3":
+                return {o["Key"] for o in s3_client(s3_endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])}
+            return {str(p.relative_to(tmp_path)) for p in (tmp_path / "a-remote").rglob("*") if p.is_file()}
+
+        keys_before_b = a_objects()
 
         proxy_b = start_proxy(
-            cluster_b.bootstrap, tmp_path / "proxy-b", "--remote", f"file://{tmp_path}/b-remote",
-            "--set", f"proxy.read.replica.remote.log.storage.uri=s3://{bucket}/cluster-a?endpoint_url={s3_endpoint}"
-                     f"&region={REGION}",
-            "--set", f"proxy.read.replica.remote.log.storage.s3.access.key.id={READ_ONLY_CREDENTIALS['aws_access_key_id']}",
-            "--set", "proxy.read.replica.remote.log.storage.s3.secret.access.key="
-                     f"{READ_ONLY_CREDENTIALS['aws_secret_access_key']}",
+            cluster_b.bootstrap, tmp_path / "proxy-b", "--remote", f"file://{tmp_path}/b-remote", *replica,
             "--set", f"proxy.read.replica.topics={topic}:{local_name}",
             "--set", f"proxy.read.replica.refresh.interval.ms={REFRESH_MS}")
 
@@ -91,8 +104,8 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
         proxy_a.stop()
         cluster_b.stop()
     # B sent reads only (and with credentials that allow nothing else): its count, from its log.
-    counts = re.search(r"read replica of s3://\S+: requests GET (\d+), LIST (\d+), PUT (\d+), DELETE (\d+)",
+    counts = re.search(r"read replica of \S+: requests GET (\d+), LIST (\d+), PUT (\d+), DELETE (\d+)",
                        proxy_b.log_path.read_text())
     assert counts is not None and int(counts[1]) > 0 and counts.group(3, 4) == ("0", "0"), counts
     assert "AccessDenied" not in proxy_b.log_path.read_text()
-    assert keys_before_b <= {o["Key"] for o in s3_client(s3_endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])}
+    assert keys_before_b <= a_objects()  # nothing of A's removed
