@@ -12,7 +12,9 @@ from the remote tier.
 - **ListOffsets** (-1 and -4 are ``Ry + 1``: there is no local log; -2 ``Rx``; -5 ``Ry``; -3 and
   timestamps from the remote time indexes) and **OffsetForLeaderEpoch** come from the remote tier.
 - **Produce** to them is refused with TOPIC_AUTHORIZATION_FAILED, which clients do not retry, and
-  a message saying why; the rest of the request goes on.
+  a message saying why; config changes with UNKNOWN_TOPIC_OR_PARTITION (as Kafka answers for a
+  topic it does not have) and the same message; the rest of each request goes on. DeleteRecords
+  goes to the brokers, which answer UNKNOWN_TOPIC_OR_PARTITION (its answer has no message).
 - Their consumer groups' offsets: ``proxy/filters/archived_offsets.py``.
 - **DescribeLogDirs**: the remote tier's log dir lists them with their remote sizes and segment
   counts, in the state ``ARCHIVED`` (or ``READ-REPLICA``), so ``tiered-proxy describe`` and
@@ -30,8 +32,10 @@ from typing import Any
 import trio
 
 from protocol.apis import (
+    ALTER_CONFIGS,
     DESCRIBE_LOG_DIRS,
     FETCH,
+    INCREMENTAL_ALTER_CONFIGS,
     LIST_OFFSETS,
     METADATA,
     OFFSET_FOR_LEADER_EPOCH,
@@ -53,12 +57,14 @@ from tiering.model import TopicIdPartition
 log = logging.getLogger(__name__)
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3, -4, -5
-_LONGEST_IDLE_WAIT_S = 30.0  # a client's max_wait_ms above this is not honoured in full
+_LONGEST_IDLE_WAIT_S = 30.0
+_TOPIC_RESOURCE = 2  # ConfigResource type TOPIC  # a client's max_wait_ms above this is not honoured in full
 
 
 class ArchivedTopics(Filter):
     name = "archived-topics"
-    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, DESCRIBE_LOG_DIRS})
+    apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, DESCRIBE_LOG_DIRS,
+                      ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS})
 
     def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode) -> None:
         self.sources = sources
@@ -83,6 +89,8 @@ class ArchivedTopics(Filter):
             self._on_offset_for_leader_epoch(ctx, topics)
         elif key == DESCRIBE_LOG_DIRS:
             self._on_describe_log_dirs(ctx, topics)
+        elif key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
+            return self._on_alter_configs(ctx, topics)
         else:
             return self._on_produce(ctx, topics)
         return None
@@ -296,6 +304,29 @@ class ArchivedTopics(Filter):
 
         ctx.on_response(add)
 
+    # --- Config changes --------------------------------------------------------------------------
+
+    def _on_alter_configs(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
+        request = ctx.request.body
+        refused = [r for r in request["resources"]
+                   if r["resource_type"] == _TOPIC_RESOURCE and r["resource_name"] in topics]
+        if not refused:
+            return None
+        request["resources"] = [r for r in request["resources"] if all(r is not x for x in refused)]
+        ctx.request.changed()
+        answers = [{"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "resource_type": r["resource_type"],
+                    "resource_name": r["resource_name"], "error_message": _read_only(topics[r["resource_name"]])}
+                   for r in refused]
+        if not request["resources"]:
+            return ctx.answer({"throttle_time_ms": 0, "responses": answers})
+
+        async def add(ctx: RequestContext, message: Message) -> None:
+            message.body["responses"] += answers
+            message.changed()
+
+        ctx.on_response(add)
+        return None
+
     # --- Produce ---------------------------------------------------------------------------------
 
     def _on_produce(self, ctx: RequestContext, topics: dict[str, Served]) -> Answer | None:
@@ -311,8 +342,7 @@ class ArchivedTopics(Filter):
         answers = [{topic_field: t[topic_field], "partition_responses": [
             {"index": p["index"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "base_offset": -1,
              "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
-             "error_message": f"topic {served.name} is archived: the proxy serves its history from the remote "
-                              f"tier, read-only ({served.source.archive.what})"}
+             "error_message": _read_only(served)}
             for p in t["partition_data"]]} for t, served in refused]
         if not request["topic_data"] and request["acks"] != 0:
             return ctx.answer({"responses": answers, "throttle_time_ms": 0})
@@ -343,6 +373,11 @@ def _log_dir_topic(served: Served, partitions: set[int] | None, version: int) ->
         state = "ARCHIVED" if served.source.archive.keeps_data else "READ-REPLICA"
         topic["_unknown_tags"] = {TAG_TIERED_BY: b"proxy", TAG_TIERING_STATE: state.encode()}
     return topic
+
+
+def _read_only(served: Served) -> str:
+    return (f"topic {served.name} is archived: the proxy serves its history from the remote tier, read-only "
+            f"({served.source.archive.what})")
 
 
 def _ends(source: ArchiveSource, tp: TopicIdPartition) -> tuple[int | None, int | None]:

@@ -61,6 +61,10 @@ def _read_every_record_once(proxy: ProxyProcess, topic: str) -> None:
 
 
 def _list_offset(proxy: ProxyProcess, topic: str, timestamp: int) -> int:
+    return _list_offset_and_time(proxy, topic, timestamp)[0]
+
+
+def _list_offset_and_time(proxy: ProxyProcess, topic: str, timestamp: int) -> tuple[int, int]:
     raw = RawClient(proxy.bootstrap)
     try:
         body = raw.request(LIST_OFFSETS, 9, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
@@ -69,7 +73,7 @@ def _list_offset(proxy: ProxyProcess, topic: str, timestamp: int) -> int:
         raw.close()
     [answer] = [p for t in body["topics"] if t["name"] == topic for p in t["partitions"]]
     assert answer["error_code"] == 0, answer
-    return answer["offset"]
+    return answer["offset"], answer["timestamp"]
 
 
 def _changes_are_refused(proxy: ProxyProcess, topic: str) -> None:
@@ -81,7 +85,7 @@ def _changes_are_refused(proxy: ProxyProcess, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
     resource = ConfigResource("TOPIC", topic, incremental_configs=[
         ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)])
-    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+    with pytest.raises(KafkaException, match=f"topic {topic} is archived"):
         admin.incremental_alter_configs([resource])[resource].result(30)
     deleted = admin.delete_records([TopicPartition(topic, 0, 100)])
     with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
@@ -165,6 +169,9 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         assert wait_until(lambda: _tiered_to_end(data_dir, topic, client), 90), proxy.log_path.read_text()[-3000:]
         time.sleep(1)  # the manifests follow the last write within proxy.manifest.interval.ms
 
+        # Timestamps as the live topic answers them (-3: the newest record; its time; the oldest).
+        newest = _list_offset_and_time(proxy, topic, -3)
+        by_time = {t: _list_offset_and_time(proxy, topic, t) for t in (0, newest[1])}
         # Deleted at the broker, behind the proxy's back: the proxy keeps its remote data and lists it.
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
         admin.delete_topics([topic])[topic].result(30)
@@ -172,6 +179,8 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         assert topic not in client.metadata(None), "asking the proxy for the archive must not recreate it"
         _read_every_record_once(proxy, topic)
         offsets = {t: _list_offset(proxy, topic, t) for t in (-2, -1, -4, -5)}
+        assert _list_offset_and_time(proxy, topic, -3) == newest  # from the remote time indexes now
+        assert {t: _list_offset_and_time(proxy, topic, t) for t in by_time} == by_time
         assert offsets[-2] == 0 and offsets[-1] == offsets[-4] == offsets[-5] + 1 == RECORDS // PARTITIONS
 
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 10_000})
