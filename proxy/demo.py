@@ -195,7 +195,7 @@ def status_page_url(proxy: Proxy) -> str | None:
     return f"http://{f'[{host}]' if ':' in host else host}:{metrics.port}/"
 
 
-def show_commands(bootstrap: str, metadata_uri: str) -> None:
+def show_commands(bootstrap: str, metadata_uri: str, storage_uri: str) -> None:
     python = sys.executable
     consumer = (f"from kafka import KafkaConsumer; c = KafkaConsumer('{DEMO_TOPIC}', bootstrap_servers='{bootstrap}', "
                 "auto_offset_reset='earliest', consumer_timeout_ms=5000); "
@@ -205,6 +205,8 @@ def show_commands(bootstrap: str, metadata_uri: str) -> None:
     _say(f"  {python} -c \"{consumer}\"")
     _say(f"  {_command('tiered-proxy')} describe --bootstrap-servers {bootstrap} --topic {DEMO_TOPIC}")
     _say(f"  {_command('tiered-proxy')} segments --metadata {metadata_uri} --topic {DEMO_TOPIC}")
+    _say(f"  {_command('tiered-proxy')} segments --remote {storage_uri} --topic {DEMO_TOPIC}"
+         "   # the same, from the remote tier alone")
 
 
 async def _demo(args: argparse.Namespace, data_dir: Path) -> int:
@@ -283,7 +285,7 @@ async def _show(args: argparse.Namespace, proxy: Proxy, tiering: TieringService,
              f"the remote tier in {reads.remote_fetches} remote reads")
     if page is not None:
         _say(f"  the same per partition, drawn (Rx, Ry, Lx, Lz, segments, copy lag): open {page} in a browser")
-    show_commands(bootstrap, tiering.metadata_uri)
+    show_commands(bootstrap, tiering.metadata_uri, tiering.storage_uri)
     return 0
 
 

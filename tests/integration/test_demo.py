@@ -130,6 +130,12 @@ def test_the_readme_demo_serves_history_the_broker_has_forgotten():
         assert f"kcat -C -b {bootstrap} -t demo -o beginning -e" in output
         assert f"describe --bootstrap-servers {bootstrap} --topic demo" in output
         assert f"segments --metadata file://{data_dir}/tiering/metadata --topic demo" in output
+        remote = f"file://{data_dir}/tiering/remote"
+        assert f"segments --remote {remote} --topic demo" in output
+        listed = subprocess.run([sys.executable, "-m", "proxy.cli", "segments", "--remote", remote, "--topic", "demo"],
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and "COPY_SEGMENT_FINISHED" in listed.stdout, listed.stderr
+        assert "read from the remote tier alone: 1 topic, 3 partitions" in listed.stderr, listed.stderr
         # No client-library INFO chatter on either stream.
         assert " INFO " not in output
 
