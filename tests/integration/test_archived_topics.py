@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from protocol.apis import LIST_OFFSETS, PRODUCE
+from protocol.apis import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE
 from proxy.describe import describe
 from tests.clients import consume_records, read_to_end
 from tests.integration.s3_server import DUMMY_CREDENTIALS, new_bucket, s3_uri_args
@@ -180,6 +180,14 @@ def test_a_deleted_topic_is_served_read_only_then_recovered_from_the_bucket_alon
         _read_every_record_once(proxy, topic)
         offsets = {t: _list_offset(proxy, topic, t) for t in (-2, -1, -4, -5)}
         assert _list_offset_and_time(proxy, topic, -3) == newest  # from the remote time indexes now
+        raw = RawClient(proxy.bootstrap)  # a client validating its position after a leader change
+        try:
+            epochs = raw.request(OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+        finally:
+            raw.close()
+        [epoch] = epochs["topics"][0]["partitions"]
+        assert (epoch["error_code"], epoch["leader_epoch"], epoch["end_offset"]) == (0, 0, RECORDS // PARTITIONS), epoch
         assert {t: _list_offset_and_time(proxy, topic, t) for t in by_time} == by_time
         assert offsets[-2] == 0 and offsets[-1] == offsets[-4] == offsets[-5] + 1 == RECORDS // PARTITIONS
 
