@@ -17,7 +17,6 @@ from tiering.metadata.manifests import read_bucket
 from tiering.metadata.view import StoreNotFoundError, load_metadata
 from tiering.model import RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage.api import RemoteStorageError
-from tiering.storage.object_layout import ObjectStorage
 from tiering.storage.s3_location import S3SegmentLocation
 from tiering.storage.uri import storage_from_uri
 
@@ -46,8 +45,6 @@ def load_bucket_segments(remote_uri: str, props: Mapping[str, object]
         raise StoreNotFoundError(f"remote tier {remote_uri}: no such folder")  # opening it would create it
     storage = storage_from_uri(remote_uri, **dict(props))
     try:
-        if not isinstance(storage, ObjectStorage):
-            raise ValueError(f"--remote {remote_uri}: this storage keeps no manifests")
         started = time.monotonic()
         index = read_bucket(storage)
         requests = storage.requests.snapshot()[0]

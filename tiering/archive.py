@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tiering.config import require_uri
 from tiering.metadata.bucket_store import BucketIndexStore
+from tiering.metadata.remote_tier_record import canonical_storage_uri
 from tiering.model import TopicIdPartition
 from tiering.storage.object_layout import ObjectStorage
 from tiering.storage.uri import (
@@ -97,14 +98,15 @@ class Archive:
 
     def __init__(self, storage: ObjectStorage, names: frozenset[str] | None, refresh_interval_ms: int,
                  cluster_topics: Callable[[], Mapping[str, uuid.UUID] | None], *,
-                 local_names: Mapping[str, str] | None = None, what: str = "archived topics",
+                 local_names: Mapping[str, str] | None = None, replica_of: str = "",
                  setting: str = ARCHIVE_REFRESH_CONFIG) -> None:
         if refresh_interval_ms < 1:
             raise ValueError(f"{setting} must be positive, got {refresh_interval_ms}")
         self.names = names
         self.local_names = dict(local_names or {})
         self.keeps_data = local_names is None  # this proxy's own bucket (a read replica's is another's)
-        self.what = what
+        self.replica_of = replica_of  # the read replica's remote tier, without credentials; "" for this proxy's
+        self.what = f"read replica of {replica_of}" if replica_of else "archived topics"
         self.storage = storage
         self.store = BucketIndexStore(storage, refresh_interval_ms / 1000)
         self._cluster_topics = cluster_topics
@@ -137,8 +139,8 @@ class Archive:
             storage.close()
             raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: this storage keeps no manifests")
         interval = int(str(props.get(READ_REPLICA_REFRESH_CONFIG) or DEFAULT_READ_REPLICA_REFRESH_MS))
-        return cls(storage, names, interval, cluster_topics, local_names=local_names, what=f"read replica of {uri}",
-                   setting=READ_REPLICA_REFRESH_CONFIG)
+        return cls(storage, names, interval, cluster_topics, local_names=local_names,
+                   replica_of=canonical_storage_uri(uri), setting=READ_REPLICA_REFRESH_CONFIG)
 
     def named(self, topic: str) -> bool:
         """Whether configuration names ``topic`` an archive (whatever the cluster has)."""

@@ -50,6 +50,7 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
         chain.append(FetchSessions(config.extra))
         sources = [ArchiveSource(a, *reads.archive_reads(a.store, a.storage)) for a in tiering.archives]
         if sources:
-            chain += [ArchivedTopics(sources, reads.not_available_code), ArchivedGroupOffsets(sources, tiering.metadata)]
+            chain += [ArchivedTopics(sources, reads.not_available_code, reads.by_topic),
+                      ArchivedGroupOffsets(sources, tiering.metadata)]
         chain += [reads, TopicAdmin(config, tiering, reads.reader)]
     return chain

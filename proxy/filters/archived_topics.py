@@ -52,6 +52,7 @@ from protocol.remote_log_dir import (
 from proxy.archive_sources import ArchiveSource, Served, finder, served_topics
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.partition_reads import PartitionKey, ReadEntry, ReadResult
+from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,10 @@ class ArchivedTopics(Filter):
     apis = frozenset({METADATA, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, PRODUCE, DESCRIBE_LOG_DIRS,
                       ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS})
 
-    def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode) -> None:
+    def __init__(self, sources: list[ArchiveSource], not_available_code: ErrorCode, by_topic: TopicCounters) -> None:
         self.sources = sources
         self.not_available_code = not_available_code
+        self.by_topic = by_topic  # the tiered reads' per-topic counters: archives' reads are remote reads too
         self.fetches = 0  # archived partitions answered with records
         self.fetch_bytes = 0
         self.not_available = 0
@@ -144,12 +146,14 @@ class ArchivedTopics(Filter):
         topic_field = "topic_id" if version >= 13 else "topic"
         lookup = finder(topics, topic_field)
         wanted: dict[PartitionKey, tuple[TopicIdPartition | None, int, int, ArchiveSource]] = {}
+        names: dict[str | bytes, str] = {}  # as the request names a topic -> as clients know it
         kept = []
         for t in request["topics"]:
             served = lookup(t[topic_field])
             if served is None:
                 kept.append(t)
                 continue
+            names[t[topic_field]] = served.name
             for p in t["partitions"]:
                 wanted[(t[topic_field], p["partition"])] = (
                     served.topic.partitions.get(p["partition"]), p["fetch_offset"], p["partition_max_bytes"],
@@ -191,6 +195,9 @@ class ArchivedTopics(Filter):
                     size = 0
                 if size:
                     self.fetches, self.fetch_bytes = self.fetches + 1, self.fetch_bytes + size
+                    self.by_topic.add(names[key[0]], requests=1, bytes=size)
+                elif p["error_code"] == self.not_available_code and tp is not None:
+                    self.by_topic.add(names[key[0]], requests=1, errors=1)
                 room, kept_bytes = room - size, kept_bytes + size
                 by_topic.setdefault(key[0], []).append(p)
             for holding in holdings:  # hold what the answer keeps; the rest goes back

@@ -47,6 +47,32 @@ TOPIC_METRICS = "kafka_server_brokertopicmetrics_"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def _archive_metrics(tiering: TieringService) -> Iterator:
+    """The remote tier's own description (manifests written) and the archives read from one."""
+    if tiering.manifests is not None:
+        counters = tiering.manifests.counters
+        yield CounterMetricFamily("tiered_proxy_manifest_writes", "Manifests of the remote tier written or deleted "
+                                  "(one PUT or DELETE each)", value=counters.written)
+        yield CounterMetricFamily("tiered_proxy_manifest_write_failures", "Manifest writes that failed (retried the "
+                                  "next interval)", value=counters.failed)
+    if not tiering.archives:
+        return
+    readings = CounterMetricFamily("tiered_proxy_archive_index_reads", "Readings of an archive's manifests",
+                                   labels=["source"])
+    failed = CounterMetricFamily("tiered_proxy_archive_index_read_failures", "Readings of an archive's manifests "
+                                 "that failed (the last reading is served)", labels=["source"])
+    topics = GaugeMetricFamily("tiered_proxy_archived_topics", "Topics served from an archive now", labels=["source"])
+    for archive in tiering.archives:
+        source = "own" if archive.keeps_data else "read-replica"
+        readings.add_metric([source], archive.store.refreshes)
+        failed.add_metric([source], archive.store.failures)
+        topics.add_metric([source], len(archive.topics()))
+    yield from (readings, failed, topics)
+    if tiering.read_replica is not None:  # its requests, apart from the remote tier's own
+        yield from _storage_request_metrics(tiering.read_replica.replica_of.split("?", 1)[0],
+                                            tiering.read_replica.storage.requests)
+
+
 def _storage_request_metrics(tier: str, counts: StorageRequests) -> Iterator:
     """Requests to the remote tier by kind, what an object store bills (every retry is one more)."""
     requests, failures, read, written = counts.snapshot()
@@ -155,6 +181,7 @@ class ProxyCollector(Collector):
                                       "remote tier (where the Fetch's own answer had none)",
                                       value=reads.log_end_questions)
         yield from _storage_request_metrics(tiering.storage_uri.split("?", 1)[0], tiering.storage.requests)
+        yield from _archive_metrics(tiering)
         busy, pool = tiering.manager.pool_state()
         yield GaugeMetricFamily("kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
                                 "Share of remote log manager threads idle", value=1 - busy / pool if pool else 1)

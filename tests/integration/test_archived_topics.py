@@ -19,7 +19,13 @@ from tests.integration.s3_server import DUMMY_CREDENTIALS, new_bucket, s3_uri_ar
 from tests.kafka_cluster import DEFAULT_VERSION, KAFKA_39, start_single
 from tests.proxy_process import ProxyProcess, start_proxy
 from tests.raw import RawClient
-from tests.tiering_checks import create_tiered_topic, message_number, produce_numbered, wait_until
+from tests.tiering_checks import (
+    create_tiered_topic,
+    create_topic,
+    message_number,
+    produce_numbered,
+    wait_until,
+)
 from tiering.broker_client import BrokerClient
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.manifests import read_bucket
@@ -129,21 +135,26 @@ def _classic_group_commits_and_resumes(proxy: ProxyProcess, topic: str) -> None:
 
 
 def _kip848_group_gets_no_partitions(proxy: ProxyProcess, topic: str) -> None:
-    """A KIP-848 group's assignment is the broker's, and the broker does not know the topic: the
-    member joins and is assigned nothing of it (docs/when-the-cluster-is-gone.md)."""
+    """A KIP-848 group's assignment is the broker's, and the broker does not know the topic: a
+    member subscribed to it and to a live topic is assigned the live one's partitions and nothing
+    of the archive (docs/when-the-cluster-is-gone.md)."""
     from confluent_kafka import Consumer
 
+    live = f"{topic}-live"
+    create_topic(proxy.bootstrap, live, partitions=2)
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"{topic}-848",
                          "group.protocol": "consumer", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got = 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        got += message is not None and message.error() is None
-    assignment = consumer.assignment()
+    consumer.subscribe([topic, live])
+    assigned: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 30
+    while len(assigned) < 2 and time.monotonic() < deadline:
+        consumer.poll(0.5)
+        assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+    time.sleep(2)  # a later assignment would add the archive's partitions now, if ever
+    consumer.poll(0.5)
+    assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
     consumer.close()
-    assert got == 0 and assignment == [], (got, assignment)
+    assert assigned == {(live, 0), (live, 1)}, assigned
 
 
 def _remote(tier: str, tmp_path, s3_endpoint: str) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
@@ -15,13 +16,20 @@ from proxy.describe import describe
 from tests.clients import read_to_end
 from tests.integration.s3_server import READ_ONLY_CREDENTIALS, REGION, new_bucket, s3_client, s3_uri_args
 from tests.kafka_cluster import start_single
-from tests.proxy_process import start_proxy
+from tests.proxy_process import free_port, start_proxy
 from tests.tiering_checks import create_tiered_topic, message_number, produce_numbered, wait_until
 from tiering.metadata.journal_store import JOURNAL_NAME, read_journal
 from tiering.metadata.state import MetadataState
 
 PARTITIONS = 2
 REFRESH_MS, MANIFEST_MS = 500, 300
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The proxy's Prometheus samples, by name with labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    return {name: float(value) for name, _, value in (line.rpartition(" ") for line in lines if line[:1] not in "#")}
 
 
 def _remote_end(data_dir, topic: str) -> dict[int, int]:
@@ -67,8 +75,10 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
 
         keys_before_b = a_objects()
 
+        metrics_port = free_port()
         proxy_b = start_proxy(
             cluster_b.bootstrap, tmp_path / "proxy-b", "--remote", f"file://{tmp_path}/b-remote", *replica,
+            "--set", f"proxy.metrics.listen=127.0.0.1:{metrics_port}",
             "--set", f"proxy.read.replica.topics={topic}:{local_name}",
             "--set", f"proxy.read.replica.refresh.interval.ms={REFRESH_MS}")
 
@@ -92,6 +102,14 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
         print(f"read replica caught up {lag_s:.1f} s after A's last segment was tiered")
 
         assert {r.state for r in describe(proxy_b.bootstrap, local_name)} == {"READ-REPLICA"}
+        metrics = _scrape(metrics_port)
+        assert metrics['tiered_proxy_archived_topics{source="read-replica"}'] == 1
+        assert metrics['tiered_proxy_archive_index_reads_total{source="read-replica"}'] > 0
+        assert metrics[f'kafka_server_brokertopicmetrics_remotefetchbytespersec_total{{topic="{local_name}"}}'] > 0
+        replica_requests = {k: v for k, v in metrics.items()
+                            if k.startswith("tiered_proxy_remote_storage_requests_total") and ("cluster-a" in k or "a-remote" in k)}
+        assert any('kind="GET"' in k and v > 0 for k, v in replica_requests.items()), replica_requests
+        assert not any('kind="PUT"' in k or 'kind="DELETE"' in k for k in replica_requests), replica_requests
         errors: list[object] = []
         producer = Producer({"bootstrap.servers": proxy_b.bootstrap, "message.timeout.ms": 10_000})
         producer.produce(local_name, b"nope", partition=0, on_delivery=lambda e, m: errors.append(e))

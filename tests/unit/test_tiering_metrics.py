@@ -12,6 +12,7 @@ from tiering.config import TieringConfig
 from tiering.copy.manager import RemoteLogManager
 from tiering.copy.metrics import TieringMetrics
 from tiering.metadata.journal_store import FileMetadataStore
+from tiering.metadata.manifests import ManifestCounters
 from tiering.storage.api import StorageRequests
 from tiering.storage.local_folder import LocalFolderStorage
 
@@ -21,10 +22,12 @@ def test_leader_changes_and_divergences_are_counters() -> None:
     metrics.add("t", leader_changes=3, divergences=2, diverged_offsets=50, data_loss_gaps=1, data_loss_offsets=5)
     manager = SimpleNamespace(metrics=metrics, topic_sizes=dict, pool_state=lambda: (0, 1), rounds=4, last_round_s=2.5)
     tiering = SimpleNamespace(manager=manager, storage_uri="file:///remote", storage=SimpleNamespace(
-        requests=StorageRequests()))
+        requests=StorageRequests()), manifests=SimpleNamespace(counters=ManifestCounters(written=7, failed=1)),
+        archives=[], read_replica=None)
     collector = ProxyCollector(None, tiering, None)  # type: ignore[arg-type]
     samples = {s.name: s.value for family in collector._remote_metrics() for s in family.samples}
     assert samples["tiered_proxy_leader_changes_total"] == 3
+    assert (samples["tiered_proxy_manifest_writes_total"], samples["tiered_proxy_manifest_write_failures_total"]) == (7, 1)
     assert samples["tiered_proxy_log_divergences_total"] == 2
     assert samples["tiered_proxy_diverged_offsets_total"] == 50
     assert (samples["tiered_proxy_data_loss_gaps_total"], samples["tiered_proxy_data_loss_offsets_total"]) == (1, 5)

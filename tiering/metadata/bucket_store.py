@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.metadata.manifests import read_bucket
@@ -26,20 +25,17 @@ class BucketIndexStore(RemoteLogMetadataManager):
         super().__init__()
         self.storage = storage
         self.refresh_interval_s = refresh_interval_s
-        self.refreshes = 0
+        self.refreshes = 0  # readings of the manifests, and those that failed (metrics)
         self.failures = 0
-        self.last_refresh_s = 0.0  # how long the last reading took
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def refresh(self) -> None:
         """Read the manifests again; the new state replaces the old one whole."""
-        started = time.monotonic()
         index = read_bucket(self.storage)
         with self._lock:
             self._state = index.state
         self.refreshes += 1
-        self.last_refresh_s = time.monotonic() - started
         if index.undescribed:
             log.warning("remote tier %s: %d partition directories hold segments but no manifest (not served): %s",
                         self.storage.key(""), len(index.undescribed), ", ".join(index.undescribed[:5]))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,8 +91,8 @@ class ManifestError(RemoteStorageError):
     """A manifest object that is not one: truncated, padded, or failing a CRC."""
 
 
-def topic_directory(topic: str, topic_id: object) -> str:
-    return f"{topic}-{kafka_uuid_str(topic_id)}"  # type: ignore[arg-type]
+def topic_directory(topic: str, topic_id: uuid.UUID) -> str:
+    return f"{topic}-{kafka_uuid_str(topic_id)}"
 
 
 def partition_manifest_key(tp: TopicIdPartition) -> str:
