@@ -49,31 +49,17 @@ class ArchivedGroupOffsets(Filter):
             return None
         request["topics"] = [t for t in request["topics"] if lookup(t[field]) is None]
         ctx.request.changed()
-        now = int(time.time() * 1000)
-        commits = [(p["partition_index"], ArchivedGroupOffset(
-            request["group_id"], tp, p["committed_offset"], p.get("committed_leader_epoch", -1),
-            p.get("committed_metadata"), now) if (tp := served.topic.partitions.get(p["partition_index"])) else None)
-            for t, served in archived for p in t["partitions"]]
-
-        def commit() -> ErrorCode:
-            try:
-                for _, offset in commits:
-                    if offset is not None:
-                        self.offsets.commit_archived_offset(offset)
-            except Exception as e:  # noqa: BLE001 - answered as retriable: the client commits again
-                log.warning("group %s: offsets of archived topics not recorded: %s", request["group_id"], e)
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return ErrorCode.NONE
-
-        code = await trio.to_thread.run_sync(commit)
-        answers, i = [], 0
-        for t, _ in archived:
-            partitions = []
-            for p in t["partitions"]:
-                partitions.append({"partition_index": p["partition_index"],
-                                   "error_code": code if commits[i][1] else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-                i += 1
-            answers.append({field: t[field], "partitions": partitions})
+        group, now = request["group_id"], int(time.time() * 1000)
+        # Per topic: each partition's index and its offset to keep (None: no such partition).
+        planned = [(t, [(p["partition_index"], ArchivedGroupOffset(
+            group, tp, p["committed_offset"], p.get("committed_leader_epoch", -1), p.get("committed_metadata"), now)
+            if (tp := served.topic.partitions.get(p["partition_index"])) else None) for p in t["partitions"]])
+            for t, served in archived]
+        code = await trio.to_thread.run_sync(
+            self._commit, group, [offset for _, partitions in planned for _, offset in partitions if offset])
+        answers = [{field: t[field], "partitions": [
+            {"partition_index": index, "error_code": code if offset else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+            for index, offset in partitions]} for t, partitions in planned]
         if not request["topics"]:
             return ctx.answer({"throttle_time_ms": 0, "topics": answers})
 
@@ -83,6 +69,15 @@ class ArchivedGroupOffsets(Filter):
 
         ctx.on_response(add)
         return None
+
+    def _commit(self, group: str, offsets: list[ArchivedGroupOffset]) -> ErrorCode:
+        try:
+            for offset in offsets:
+                self.offsets.commit_archived_offset(offset)
+        except Exception as e:  # noqa: BLE001 - answered as retriable: the client commits again
+            log.warning("group %s: offsets of archived topics not recorded: %s", group, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     def _on_offset_fetch(self, ctx: RequestContext, topics: dict[str, Served]) -> None:
         version, request = ctx.version, ctx.request.body
