@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 
+from proxy import keys_command
 from proxy.command_line_config import config_from_args
 from proxy.config import load_properties, resolve_references
 from proxy.embedded_broker import BrokerStartError
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append"])
     _add_command_config(backfill)
     backfill.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    keys_command.add_parser(sub)
     return parser
 
 
@@ -172,7 +174,7 @@ async def _serve_until_signal(proxy: Proxy, supervisor_pid: int | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level, getattr(args, "log_format", "text"))
+    configure_logging(getattr(args, "log_level", "WARNING"), getattr(args, "log_format", "text"))
     try:
         if args.command == "serve":
             config = config_from_args(args)
@@ -212,6 +214,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tiered-proxy: {e}", file=sys.stderr)
                 return 1
             return 0
+        if args.command == "keys":
+            from tiering.storage.api import RemoteStorageError
+
+            try:
+                return keys_command.run(args)
+            except RemoteStorageError as e:  # the remote tier did not answer
+                print(f"tiered-proxy: {e}", file=sys.stderr)
+                return 1
         if args.command == "backfill":
             from tiering.spark.backfill import backfill, spark_session
 

@@ -25,6 +25,7 @@ from tiering.config import TieringConfig
 from tiering.metadata import manifests
 from tiering.metadata import uri as metadata_uri
 from tiering.storage import api as storage_api
+from tiering.storage import at_rest, key_ring
 from tiering.storage import uri as storage_uri
 
 log = logging.getLogger("tiered-proxy")
@@ -160,6 +161,24 @@ STORAGE = Group("Object store", ("tiering/storage/uri.py", "tiering/storage/api.
     Key(storage_uri.S3_SECRET_ACCESS_KEY_CONFIG, "boto3's credential chain", "S3 secret key"),
     Key(storage_uri.S3_RETRY_MODE_CONFIG, "`adaptive`",
         "`adaptive` (each throttling answer cuts the request rate of all the proxy's threads) or `standard`"),
+    Key(storage_uri.S3_SSE_CONFIG, "(none: the bucket's default)",
+        "server-side encryption asked with every write: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)"),
+    Key(storage_uri.S3_SSE_KMS_KEY_ID_CONFIG, "(none: the store's default KMS key)",
+        "the KMS key SSE-KMS encrypts with (needs `aws:kms` above)"),
+))
+
+AT_REST = Group("Data at rest: compression and encryption", ("tiering/storage/at_rest.py", "tiering/storage/key_ring.py"),
+                "data-at-rest.md", (
+    Key(at_rest.COMPRESSION_TYPE_CONFIG, "`none`",
+        "`zstd` stores new segments compressed per chunk (not those whose batches are compressed already); "
+        "a topic's `remote.storage.compression.type` overrides it"),
+    Key(at_rest.ZSTD_LEVEL_CONFIG, f"`{at_rest.DEFAULT_ZSTD_LEVEL}`", "zstd's level (-7 to 22)"),
+    Key(key_ring.KEY_RING_FILE_CONFIG, "(none)",
+        "the key-ring file (PEM blocks, `tiered-proxy keys generate`) holding the key-encryption keys"),
+    Key(key_ring.ACTIVE_KEY_ID_CONFIG, "(none: nothing new is encrypted)",
+        "the key that wraps new segments' data keys; setting it turns AES-256-GCM encryption on"),
+    Key(key_ring.KMS_CLASS_CONFIG, "(none)",
+        "`module:Class` of a `tiering.storage.key_ring.KeyEncryptionKeys` (a KMS), instead of the key ring"),
 ))
 
 _REPLICA_KEYS = {own: key for key, own in archive.READ_REPLICA_STORAGE_KEYS.items()}
@@ -229,7 +248,7 @@ UPSTREAM_SECURITY = Group(
             "`https` checks the brokers' host names; any other value (`\"\"`) skips the check"),
     ))
 
-GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, READ_REPLICA, TIERED_READS, LISTENER_TLS,
+GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, AT_REST, READ_REPLICA, TIERED_READS, LISTENER_TLS,
                              UPSTREAM_SECURITY)
 
 # The names of each group, as the product reads them.

@@ -17,7 +17,7 @@ from tiering.metadata.manifests import read_bucket
 from tiering.metadata.view import StoreNotFoundError, load_metadata
 from tiering.model import RemoteLogSegmentMetadata, TopicIdPartition
 from tiering.storage.api import RemoteStorageError
-from tiering.storage.s3_location import S3SegmentLocation
+from tiering.storage.segment_location import SegmentLocation
 from tiering.storage.uri import storage_from_uri
 
 
@@ -25,7 +25,7 @@ def custom_metadata_text(blob: bytes | None) -> str:
     if blob is None:
         return "-"
     try:
-        location = S3SegmentLocation.decode(blob)
+        location = SegmentLocation.decode(blob)
     except RemoteStorageError:
         return f"0x{blob.hex()}"
     return f"s3 prefix={location.prefix or '(none)'} stored_bytes={location.stored_bytes}"

@@ -46,6 +46,7 @@ READ_REPLICA_TOPICS_CONFIG = "proxy.read.replica.topics"
 READ_REPLICA_REFRESH_CONFIG = "proxy.read.replica.refresh.interval.ms"
 DEFAULT_READ_REPLICA_REFRESH_MS = 10_000
 # The storage keys a read replica takes, each as the remote tier's own key it stands for.
+ENCRYPTION_PREFIX = "remote.log.storage.encryption."
 READ_REPLICA_STORAGE_KEYS = {
     "proxy.read.replica.remote.log.storage.s3.endpoint.url": S3_ENDPOINT_URL_CONFIG,
     "proxy.read.replica.remote.log.storage.s3.region": S3_REGION_CONFIG,
@@ -133,8 +134,10 @@ class Archive:
         if parts.scheme == "file" and not Path(urllib.parse.unquote(parts.path)).is_dir():
             raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: no such folder {parts.path}")
         names, local_names = read_replica_topics(props)
-        storage = storage_from_uri(uri, **{own: props[key] for key, own in READ_REPLICA_STORAGE_KEYS.items()
-                                           if props.get(key) not in (None, "")})
+        own_keys = {own: props[key] for key, own in READ_REPLICA_STORAGE_KEYS.items() if props.get(key) not in (None, "")}
+        # The replica's sealed objects open with this proxy's key ring (which holds the other cluster's keys).
+        own_keys.update({key: value for key, value in props.items() if key.startswith(ENCRYPTION_PREFIX)})
+        storage = storage_from_uri(uri, **own_keys)
         if not isinstance(storage, ObjectStorage):
             storage.close()
             raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: this storage keeps no manifests")

@@ -23,6 +23,7 @@ PROXY_DEFAULTED_KEYS = frozenset({
     "segment.bytes", "internal.segment.bytes", "segment.ms", "index.interval.bytes", "retention.ms", "retention.bytes",
     "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
     "remote.log.retention.ms", "remote.log.retention.bytes", "remote.log.disable.policy",
+    "remote.storage.compression.type",
 })
 
 
@@ -78,6 +79,7 @@ class TieringConfig:
     local_retention_bytes: int = LOCAL_RETENTION_SAME_AS_TOTAL  # log.local.retention.bytes
     remote_retention_ms: int = -1  # remote.log.retention.ms (broker-managed local retention)
     remote_retention_bytes: int = -1  # remote.log.retention.bytes
+    compression_type: str = "none"  # remote.log.storage.compression.type (none or zstd; tiering.storage.at_rest)
 
     KEYS = {
         "enabled": "remote.log.storage.system.enable",
@@ -97,6 +99,7 @@ class TieringConfig:
         "local_retention_bytes": "log.local.retention.bytes",
         "remote_retention_ms": "remote.log.retention.ms",
         "remote_retention_bytes": "remote.log.retention.bytes",
+        "compression_type": "remote.log.storage.compression.type",
     }
 
     @classmethod
@@ -105,7 +108,10 @@ class TieringConfig:
         for f in fields(cls):
             key = cls.KEYS[f.name]
             default = f.default
-            values[f.name] = _bool(props, key, default) if isinstance(default, bool) else _int(props, key, default)
+            if isinstance(default, str):
+                values[f.name] = str(props.get(key) or default).strip()
+            else:
+                values[f.name] = _bool(props, key, default) if isinstance(default, bool) else _int(props, key, default)
         config = cls(**values)  # type: ignore[arg-type]
         if config.thread_pool_size < 1:
             raise ValueError("remote.log.manager.thread.pool.size must be at least 1")
@@ -113,6 +119,8 @@ class TieringConfig:
             raise ValueError("remote.log.manager.task.interval.ms must be positive")
         if config.deleted_topic_retention_ms < -1:
             raise ValueError("proxy.deleted.topic.retention.ms must be -1 (for ever), 0 (Kafka's rule) or positive")
+        if config.compression_type not in ("none", "zstd"):
+            raise ValueError(f"remote.log.storage.compression.type={config.compression_type}: expected none or zstd")
         if config.segment_bytes < 1:
             raise ValueError("log.segment.bytes must be positive")
         return config

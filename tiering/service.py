@@ -30,10 +30,12 @@ from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.metadata.manifests import DEFAULT_MANIFEST_INTERVAL_MS, MANIFEST_INTERVAL_CONFIG, ManifestWriter
 from tiering.metadata.remote_tier_record import check_remote_tier
 from tiering.metadata.uri import metadata_from_uri
-from tiering.storage.api import RemoteStorageManager
+from tiering.storage.api import RemoteStorageError, RemoteStorageManager
+from tiering.storage.key_maintenance import check_keys
 from tiering.storage.local_folder import LocalFolderStorage
 from tiering.storage.object_layout import ObjectStorage
 from tiering.storage.uri import storage_from_uri
+from tiering.topic_configs import REMOTE_STORAGE_COMPRESSION_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,18 @@ class SettingError(OSError):
 
 # The flag that sets each key on the command line, so a message names what the operator typed.
 _FLAGS = {DATA_DIR_CONFIG: "--data-dir", STORAGE_URI_CONFIG: "--remote", METADATA_URI_CONFIG: "--metadata"}
+
+
+def _check_keys(storage: ObjectStorage) -> None:
+    """The key ring against the bucket's (``tiering.storage.key_maintenance``); a store that does not
+    answer now is no reason to stop the proxy, and is said."""
+    try:
+        check_keys(storage)
+    except RemoteStorageError as e:
+        log.warning("could not check the key ring against the remote tier (%s); checked again at the next start", e)
+    except ValueError:
+        storage.close()
+        raise
 
 
 def _setting_error(key: str, value: str, path: Path, action: str, error: OSError) -> SettingError:
@@ -97,6 +111,8 @@ def open_locations(bootstrap_servers: str, props: Mapping[str, object], security
         storage = storage_from_uri(storage_uri, **dict(props))
         if isinstance(storage, LocalFolderStorage):
             _writable_dir(storage.root)
+        if isinstance(storage, ObjectStorage):
+            _check_keys(storage)
     except OSError as e:
         root = Path(urllib.parse.unquote(urllib.parse.urlsplit(storage_uri).path))
         raise _setting_error(STORAGE_URI_CONFIG, storage_uri, root, "create or write the folder", e) from None
@@ -111,6 +127,11 @@ def open_locations(bootstrap_servers: str, props: Mapping[str, object], security
         storage.close()
         raise ValueError(f"--metadata ({METADATA_URI_CONFIG}): {e}") from None
     return data_dir, storage_uri, storage, metadata_uri, metadata
+
+
+def _topic_config(metadata: RemoteLogMetadataManager, topic: str, key: str) -> str | None:
+    state = metadata.topic_tiering_state(topic)
+    return None if state is None else dict(state.configs).get(key)
 
 
 @dataclass
@@ -162,6 +183,7 @@ class TieringService:
             manager.owns = ownership.owns
         manifests = archive = None
         if isinstance(storage, ObjectStorage):
+            storage.at_rest.topic_compression = lambda topic: _topic_config(metadata, topic, REMOTE_STORAGE_COMPRESSION_TYPE)
             interval = int(str(props.get(MANIFEST_INTERVAL_CONFIG) or DEFAULT_MANIFEST_INTERVAL_MS))
             manifests = ManifestWriter(storage, metadata, interval_ms=interval)
             archive = Archive.from_properties(storage, props, lambda: manager.cluster_topics)

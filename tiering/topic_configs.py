@@ -22,7 +22,9 @@ REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 LOCAL_RETENTION_MS = "local.retention.ms"
 LOCAL_RETENTION_BYTES = "local.retention.bytes"
 REMOTE_LOG_DISABLE_POLICY = "remote.log.disable.policy"
-TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES, REMOTE_LOG_DISABLE_POLICY)
+REMOTE_STORAGE_COMPRESSION_TYPE = "remote.storage.compression.type"
+TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES, REMOTE_LOG_DISABLE_POLICY,
+                REMOTE_STORAGE_COMPRESSION_TYPE)
 
 # Kafka's DescribeConfigs enums (ConfigSource, ConfigType).
 SOURCE_UNKNOWN = 0
@@ -41,9 +43,12 @@ _DOCS = {
     REMOTE_LOG_DISABLE_POLICY: "What disabling tiered storage does to remote data: retain (stays readable, expires by "
                                "retention.ms/bytes) or delete (unreadable at once, deleted in the background). "
                                "Kept by the proxy.",
+    REMOTE_STORAGE_COMPRESSION_TYPE: "How the remote tier stores this topic's new segments: none, or zstd per chunk "
+                                     "(segments whose batches are compressed already are stored as they are). "
+                                     "Kept by the proxy.",
 }
 _TYPES = {REMOTE_STORAGE_ENABLE: TYPE_BOOLEAN, LOCAL_RETENTION_MS: TYPE_LONG, LOCAL_RETENTION_BYTES: TYPE_LONG,
-          REMOTE_LOG_DISABLE_POLICY: TYPE_STRING}
+          REMOTE_LOG_DISABLE_POLICY: TYPE_STRING, REMOTE_STORAGE_COMPRESSION_TYPE: TYPE_STRING}
 
 
 class TopicConfigError(ValueError):
@@ -148,6 +153,8 @@ def proxy_defaults(defaults: TieringConfig) -> dict[str, tuple[str, str, bool]]:
         LOCAL_RETENTION_BYTES: ("log.local.retention.bytes", str(defaults.local_retention_bytes),
                                 defaults.local_retention_bytes != base.local_retention_bytes),
         REMOTE_LOG_DISABLE_POLICY: ("", "retain", False),
+        REMOTE_STORAGE_COMPRESSION_TYPE: ("remote.log.storage.compression.type", defaults.compression_type,
+                                          defaults.compression_type != base.compression_type),
     }
 
 
@@ -193,6 +200,10 @@ def validate(values: Mapping[str, str], broker_configs: Mapping[str, str | None]
     if policy is not None and policy.strip().lower() not in ("retain", "delete"):
         raise TopicConfigError(ErrorCode.INVALID_REQUEST, f"Invalid value {policy} for configuration "
                                                           f"{REMOTE_LOG_DISABLE_POLICY}: must be retain or delete")
+    compression = values.get(REMOTE_STORAGE_COMPRESSION_TYPE)
+    if compression is not None and compression.strip().lower() not in ("none", "zstd"):
+        raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {compression} for configuration "
+                                                         f"{REMOTE_STORAGE_COMPRESSION_TYPE}: must be none or zstd")
     local = {key: _long(key, values[key]) for key in (LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES) if key in values}
     enabled = enable.strip().lower() == "true" if enable is not None else defaults.tier_all_topics
     if not enabled:

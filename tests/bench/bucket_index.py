@@ -46,7 +46,7 @@ from tiering.model import (
 )
 from tiering.storage.object_layout import LOG_SUFFIX, segment_object_key
 from tiering.storage.s3 import S3Storage
-from tiering.storage.s3_location import S3SegmentLocation
+from tiering.storage.segment_location import SegmentLocation
 
 # S3 Standard, us-east-1, per 1,000 requests (docs/object-stores.md).
 PRICE_PER_1000 = {"LIST": 0.005, "GET": 0.0004, "PUT": 0.005}
@@ -80,7 +80,7 @@ def fill(endpoint: str, bucket: str, work: Path, segments: int, topics: int, par
             storage.write_object(segment_object_key("", segment, LOG_SUFFIX), b"x" * 1024)
             store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 segment.segment_id, 1_700_000_000_000 + i, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1,
-                S3SegmentLocation("tiered", 1024).encode()))
+                SegmentLocation("tiered", 1024).encode()))
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(copy, range(segments)))

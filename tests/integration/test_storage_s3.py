@@ -24,7 +24,7 @@ from tests.unit.test_storage_local import StorageContract, segment_data, segment
 from tiering.model import IndexType, LogSegmentData
 from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError
 from tiering.storage.s3 import MiB, S3Storage
-from tiering.storage.s3_location import S3SegmentLocation
+from tiering.storage.segment_location import SegmentLocation
 from tiering.storage.uri import storage_from_uri
 
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -82,7 +82,7 @@ class TestS3Storage(StorageContract):
             len(data.transaction_index or b""),
         ]
         sizes += [len(data.leader_epoch_index), len(data.producer_snapshot)]
-        assert S3SegmentLocation.decode(blob) == S3SegmentLocation("tiered/v1", sum(sizes))
+        assert SegmentLocation.decode(blob) == SegmentLocation("tiered/v1", sum(sizes))
 
     def test_ranged_reads_send_a_range_header(self, storage):
         metadata, data = segment_metadata(), segment_data()
@@ -251,14 +251,14 @@ def test_missing_bucket_is_not_retriable_and_not_a_missing_segment(s3_endpoint):
 
 
 def test_custom_metadata_codec():
-    location = S3SegmentLocation("a/b", 12345)
+    location = SegmentLocation("a/b", 12345)
     blob = location.encode()
     assert blob == b"\x01" + (12345).to_bytes(8, "big") + (3).to_bytes(2, "big") + b"a/b"
-    assert S3SegmentLocation.decode(blob) == location
-    assert S3SegmentLocation.decode(S3SegmentLocation("", 0).encode()) == S3SegmentLocation("", 0)
+    assert SegmentLocation.decode(blob) == location
+    assert SegmentLocation.decode(SegmentLocation("", 0).encode()) == SegmentLocation("", 0)
     for bad in [b"", b"\x02" + blob[1:], blob[:5], blob + b"x"]:
         with pytest.raises(RemoteStorageError):
-            S3SegmentLocation.decode(bad)
+            SegmentLocation.decode(bad)
 
 
 def test_a_throttling_store_gets_the_rate_it_allows_not_a_retry_storm(s3_endpoint, bucket):

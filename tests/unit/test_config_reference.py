@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from proxy.config import ProxyConfig
-from proxy.config_keys import GROUPS, KNOWN_KEYS, PROXY, TIERING
+from proxy.config_keys import AT_REST, GROUPS, KNOWN_KEYS, PROXY, TIERING
 from proxy.config_reference import COMMAND, reference
 from tiering.config import TieringConfig
 
@@ -43,7 +43,7 @@ def test_every_key_is_in_the_reference() -> None:
 
 
 def test_tiering_defaults_are_the_code_defaults() -> None:
-    documented = {key.name: key.default for key in TIERING.keys}
+    documented = {key.name: key.default for group in (TIERING, AT_REST) for key in group.keys}
     for field in fields(TieringConfig):
         name = TieringConfig.KEYS[field.name]
         value = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)

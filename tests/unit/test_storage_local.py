@@ -266,7 +266,7 @@ class _BloatedLocalStorage(LocalFolderStorage):
 
 
 class TestLocalFolderStorage(StorageContract):
-    deletes_per_segment = 1 + len(IndexType)  # a file each, present or not
+    deletes_per_segment = 2 + len(IndexType)  # a file each, present or not, and the envelope of a sealed segment
     @pytest.fixture
     def root(self, tmp_path: Path) -> Path:
         return tmp_path / "remote"

@@ -15,6 +15,7 @@ from tiering.storage.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
+from tiering.storage.at_rest import AtRest
 from tiering.storage.object_layout import ObjectStorage
 
 _RETRIABLE_ERRNOS = frozenset(
@@ -46,7 +47,7 @@ def _fsync_dir(path: Path) -> None:
 
 class LocalFolderStorage(ObjectStorage):
     """Segments as files under ``root`` (``file:///path`` URIs): for tests, single-node setups, and
-    shared file systems. Returns no custom metadata.
+    shared file systems. Returns custom metadata only for sealed segments.
 
     Each object is written to a temporary file (``.<name>.<random>.tmp``) in its final directory,
     fsynced, then renamed into place with ``os.replace`` and the directory fsynced, so a crash never
@@ -59,8 +60,9 @@ class LocalFolderStorage(ObjectStorage):
         prefix: str = "",
         *,
         custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+        at_rest: AtRest | None = None,
     ) -> None:
-        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes)
+        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest)
         self.root = Path(root)
         if not self.root.is_absolute():
             raise ValueError(f"local storage root must be an absolute path, got {str(root)!r}")

@@ -10,22 +10,41 @@ key starts at the topic directory (no leading slash).
 Copy order: the indexes are written first and the ``.log`` object last, so a ``.log`` object present
 under its final name means the copy of that segment completed. Deletion removes the ``.log`` object
 first for the same reason: a half-deleted segment never looks complete.
+
+A segment stored sealed (compressed or encrypted at rest, ``tiering.storage.at_rest``) has one more
+object, its envelope (``seal``): written first, deleted last, so no object of the segment is ever
+there without what opens it. Its custom metadata says it is sealed (``segment_location``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import re
+import threading
 import uuid
 from abc import abstractmethod
+from collections import OrderedDict
+from collections.abc import Iterator
 
-from tiering.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from tiering.storage.api import DEFAULT_CUSTOM_METADATA_MAX_BYTES, RemoteStorageManager
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tiering.model import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata
+from tiering.storage.api import (
+    DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+    RemoteResourceNotFoundError,
+    RemoteStorageManager,
+)
+from tiering.storage.at_rest import AtRest, IntegrityError
+from tiering.storage.sealed_format import SegmentEnvelope, is_sealed_object
+from tiering.storage.segment_location import SegmentLocation, is_sealed
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = "log"
+SEAL_SUFFIX = "seal"
+_ENVELOPES_CACHED = 4096  # opened envelopes (a few KiB each) of the segments read last
 
 
 def kafka_uuid_str(value: uuid.UUID) -> str:
@@ -81,41 +100,58 @@ def _index_bodies(data: LogSegmentData) -> list[tuple[IndexType, bytes]]:
 
 
 
+def segment_context(metadata: RemoteLogSegmentMetadata) -> bytes:
+    """What a sealed segment's data key and chunks are bound to: its id, as its object names print it."""
+    return kafka_uuid_str(metadata.segment_id.id).encode()
+
+
 class ObjectStorage(RemoteStorageManager):
-    """The object layout shared by the local and S3 stores, over four object primitives."""
+    """The object layout shared by the local and S3 stores, over five object primitives."""
 
     def __init__(
-        self, prefix: str = "", *, custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES
+        self, prefix: str = "", *, custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+        at_rest: AtRest | None = None,
     ) -> None:
         super().__init__(custom_metadata_max_bytes=custom_metadata_max_bytes)
         self.prefix = normalize_prefix(prefix)
+        self.at_rest = at_rest or AtRest()
+        self._envelopes: OrderedDict[RemoteLogSegmentId, tuple[SegmentEnvelope, AESGCM | None]] = OrderedDict()
+        self._envelopes_lock = threading.Lock()
+        self._reported: set[str] = set()  # objects whose integrity failure was logged
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         return segment_object_key(self._prefix_for(metadata), metadata, suffix)
 
     def segment_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
-        """Every key a segment may occupy, ``.log`` first (the delete order)."""
+        """Every key a segment may occupy, ``.log`` first and the envelope last (the delete order)."""
         return [self.object_key(metadata, LOG_SUFFIX)] + [
             self.object_key(metadata, t.value) for t in IndexType
-        ]
+        ] + [self.object_key(metadata, SEAL_SUFFIX)]
 
     def _prefix_for(self, metadata: RemoteLogSegmentMetadata) -> str:
         """The prefix a segment was stored under; the configured one unless a store records it."""
         return self.prefix
 
-    def _custom_metadata(self, prefix: str, stored_bytes: int) -> bytes | None:
-        """What to return from a copy that wrote ``stored_bytes`` under ``prefix``."""
-        return None
+    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None) -> bytes | None:
+        """What to return from a copy that wrote ``stored_bytes`` under ``prefix``, sealed from
+        ``logical_bytes`` (None: in the clear)."""
+        if logical_bytes is None:
+            return None
+        return SegmentLocation(prefix, stored_bytes, True, logical_bytes).encode()
 
     def _copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> bytes | None:
         # A fresh copy always goes under the configured prefix, whatever metadata the caller holds.
         prefix = self.prefix
-        objects: list[tuple[str, bytes | memoryview]] = [
-            (segment_object_key(prefix, metadata, t.value), body) for t, body in _index_bodies(data)
-        ]
-        objects.append((segment_object_key(prefix, metadata, LOG_SUFFIX), data.log))  # last: marks completion
+        bodies: list[tuple[str, bytes | memoryview]] = [(t.value, body) for t, body in _index_bodies(data)]
+        bodies.append((LOG_SUFFIX, data.log))  # last: marks completion
+        logical: int | None = None
+        if self.at_rest.seals(metadata.topic_id_partition.topic):
+            logical = sum(len(body) for _, body in bodies)
+            envelope, sealed = self.at_rest.seal_segment(segment_context(metadata), metadata.topic_id_partition.topic, bodies)
+            bodies = [(SEAL_SUFFIX, envelope), *sealed]  # the envelope first: nothing is stored without it
+        objects = [(segment_object_key(prefix, metadata, name), body) for name, body in bodies]
         attempted: list[str] = []
         try:
             for key, body in objects:
@@ -129,19 +165,87 @@ class ObjectStorage(RemoteStorageManager):
             except Exception:
                 log.warning("could not clean up after failed copy of %s", metadata.segment_id, exc_info=True)
             raise
-        return self._custom_metadata(prefix, sum(len(body) for _, body in objects))
+        return self._custom_metadata(prefix, sum(len(body) for _, body in objects), logical)
 
     def _fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None) -> bytes:
-        data = self._get_range(self.object_key(metadata, LOG_SUFFIX), start, end)
-        self.requests.moved(read=len(data))
-        return data
+        key = self.object_key(metadata, LOG_SUFFIX)
+        if not is_sealed(metadata.custom_metadata):
+            data = self._get_range(key, start, end)
+            self.requests.moved(read=len(data))
+            return data
+        with self._reporting(key):
+            envelope, aead = self._envelope(metadata)
+            table = self._table(envelope, LOG_SUFFIX, key)
+            last_byte = table.logical_size - 1 if end is None else min(end, table.logical_size - 1)
+            if start > last_byte:
+                return b""
+            first, last = start // table.chunk_size, last_byte // table.chunk_size
+            stored = self._get_range(key, table.starts[first], table.starts[last + 1] - 1)
+            self.requests.moved(read=len(stored))
+            chunks = self.at_rest.open_range(segment_context(metadata), table, aead, first, last, stored, key)
+        skip = start - first * table.chunk_size
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return data if skip == 0 and len(data) == last_byte - start + 1 else data[skip:skip + last_byte - start + 1]
 
     def _fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        data = self._get(self.object_key(metadata, index_type.value))
-        self.requests.moved(read=len(data))
-        return data
+        key = self.object_key(metadata, index_type.value)
+        if not is_sealed(metadata.custom_metadata):
+            data = self._get(key)
+            self.requests.moved(read=len(data))
+            return data
+        with self._reporting(key):
+            envelope, aead = self._envelope(metadata)
+            if index_type.value not in envelope.tables:
+                raise RemoteResourceNotFoundError(f"read: {key} not found (the segment has no {index_type.value} index)")
+            table = envelope.tables[index_type.value]
+            stored = self._get(key)
+            self.requests.moved(read=len(stored))
+            if not table.chunks:
+                return b""
+            return b"".join(self.at_rest.open_range(segment_context(metadata), table, aead, 0, len(table.chunks) - 1,
+                                                    stored, key))
+
+    def _envelope(self, metadata: RemoteLogSegmentMetadata) -> tuple[SegmentEnvelope, AESGCM | None]:
+        """A sealed segment's envelope and opened data key, read once while it is among the last read."""
+        with self._envelopes_lock:
+            cached = self._envelopes.get(metadata.segment_id)
+            if cached is not None:
+                self._envelopes.move_to_end(metadata.segment_id)
+                return cached
+        key = self.object_key(metadata, SEAL_SUFFIX)
+        blob = self._get(key)
+        self.requests.moved(read=len(blob))
+        envelope = self.at_rest.open_envelope(blob, key)
+        opened = envelope, self.at_rest.data_key(envelope.key, segment_context(metadata), key)
+        with self._envelopes_lock:
+            self._envelopes[metadata.segment_id] = opened
+            while len(self._envelopes) > _ENVELOPES_CACHED:
+                self._envelopes.popitem(last=False)
+        return opened
+
+    def forget_envelope(self, segment_id: RemoteLogSegmentId) -> None:
+        with self._envelopes_lock:
+            self._envelopes.pop(segment_id, None)
+
+    def _table(self, envelope: SegmentEnvelope, name: str, key: str):  # type: ignore[no-untyped-def]
+        table = envelope.tables.get(name)
+        if table is None:
+            raise IntegrityError(f"{key}: the segment's envelope describes no {name} object")
+        return table
+
+    @contextlib.contextmanager
+    def _reporting(self, key: str) -> Iterator[None]:
+        """Logs an object's integrity failure (once per object; each is counted in ``at_rest``)."""
+        try:
+            yield
+        except IntegrityError as exc:
+            if key not in self._reported and len(self._reported) < 10_000:
+                self._reported.add(key)
+                log.error("refusing to serve a remote object: %s", exc)
+            raise
 
     def _delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.forget_envelope(metadata.segment_id)
         keys = self.segment_keys(metadata)
         # The .log goes first and alone, so a crash mid-delete never leaves a complete-looking segment.
         self._delete_keys(keys[:1])
@@ -154,15 +258,22 @@ class ObjectStorage(RemoteStorageManager):
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
     def write_object(self, relative: str, body: bytes) -> None:
+        """Writes one whole object, sealed as the store seals new objects."""
         self._check_open()
+        if self.at_rest.keys is not None or self.at_rest.compression != "none":
+            body = self.at_rest.seal_object(relative.encode(), body)
         self._put(self.key(relative), body)
         self.requests.moved(written=len(body))
 
     def read_object(self, relative: str) -> bytes:
-        """One whole object; RemoteResourceNotFoundError if absent."""
+        """One whole object, opened if sealed; RemoteResourceNotFoundError if absent."""
         self._check_open()
-        data = self._get(self.key(relative))
+        key = self.key(relative)
+        data = self._get(key)
         self.requests.moved(read=len(data))
+        if is_sealed_object(data):
+            with self._reporting(key):
+                return self.at_rest.open_object(relative.encode(), data, key)
         return data
 
     def delete_object(self, relative: str) -> None:

@@ -19,8 +19,9 @@ from tiering.storage.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
+from tiering.storage.at_rest import AtRest
 from tiering.storage.object_layout import ObjectStorage
-from tiering.storage.s3_location import S3SegmentLocation
+from tiering.storage.segment_location import SegmentLocation
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class S3Storage(ObjectStorage):
     """Segments as objects in an S3 bucket (``s3://bucket/prefix`` URIs).
 
     Objects above ``multipart_threshold`` bytes go up in ``part_size`` parts (aborted on failure);
-    ``.log`` reads are ranged GETs. Each copy returns an :class:`S3SegmentLocation` blob as KIP-917
+    ``.log`` reads are ranged GETs. Each copy returns an :class:`SegmentLocation` blob as KIP-917
     custom metadata, and fetch and delete use the prefix recorded there, so changing the prefix
     configuration does not orphan segments copied before.
     """
@@ -155,8 +156,11 @@ class S3Storage(ObjectStorage):
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+        at_rest: AtRest | None = None,
+        server_side_encryption: str | None = None,
+        sse_kms_key_id: str | None = None,
     ) -> None:
-        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes)
+        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest)
         if not bucket:
             raise ValueError("an S3 bucket name is required")
         # S3 rejects parts under 5 MiB (except the last) and uploads over 10,000 parts.
@@ -166,7 +170,7 @@ class S3Storage(ObjectStorage):
             raise ValueError(f"multipart_threshold must be positive, got {multipart_threshold}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        size = S3SegmentLocation.encoded_size(self.prefix)
+        size = SegmentLocation.encoded_size(self.prefix)
         if size > custom_metadata_max_bytes:
             # Fail at configuration time rather than on (and after) every copy.
             raise ValueError(
@@ -174,6 +178,15 @@ class S3Storage(ObjectStorage):
                 f"{custom_metadata_max_bytes} allowed by {CUSTOM_METADATA_MAX_BYTES_CONFIG}"
             )
         self.bucket = bucket
+        # What the store does at rest on its side (SSE-S3 "AES256", SSE-KMS "aws:kms"), sent with
+        # every write; reads need nothing (the store decrypts for whoever may read).
+        self._write_args: dict[str, str] = {}
+        if server_side_encryption:
+            self._write_args["ServerSideEncryption"] = server_side_encryption
+        if sse_kms_key_id:
+            if server_side_encryption != "aws:kms":
+                raise ValueError("an SSE-KMS key id needs server-side encryption aws:kms")
+            self._write_args["SSEKMSKeyId"] = sse_kms_key_id
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
         self._owns_client = client is None
@@ -209,21 +222,23 @@ class S3Storage(ObjectStorage):
     def _prefix_for(self, metadata: RemoteLogSegmentMetadata) -> str:
         if metadata.custom_metadata is None:
             return self.prefix  # copied by something that recorded nothing: assume the current layout
-        return S3SegmentLocation.decode(metadata.custom_metadata).prefix
+        return SegmentLocation.decode(metadata.custom_metadata).prefix
 
-    def _custom_metadata(self, prefix: str, stored_bytes: int) -> bytes | None:
-        return S3SegmentLocation(prefix, stored_bytes).encode()
+    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None) -> bytes | None:
+        if logical_bytes is None:
+            return SegmentLocation(prefix, stored_bytes).encode()
+        return SegmentLocation(prefix, stored_bytes, True, logical_bytes).encode()
 
     def _put(self, key: str, body: bytes | memoryview) -> None:
         if len(body) > self.multipart_threshold:
             self._put_multipart(key, memoryview(body))
             return
         with _s3_errors("put", self.bucket, key):
-            self._client.put_object(Bucket=self.bucket, Key=key, Body=bytes(body))
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=bytes(body), **self._write_args)
 
     def _put_multipart(self, key: str, body: memoryview) -> None:
         with _s3_errors("create multipart upload", self.bucket, key):
-            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key, **self._write_args)["UploadId"]
         try:
             parts = []
             for number, offset in enumerate(range(0, len(body), self.part_size), start=1):

@@ -13,6 +13,7 @@ from tiering.storage.api import (
     DEFAULT_CUSTOM_METADATA_MAX_BYTES,
     RemoteStorageManager,
 )
+from tiering.storage.at_rest import AtRest
 from tiering.storage.local_folder import LocalFolderStorage
 from tiering.storage.s3 import RETRY_MODES, MiB, S3Storage
 
@@ -25,6 +26,9 @@ S3_PART_SIZE_CONFIG = "remote.log.storage.s3.multipart.part.size.bytes"
 S3_ACCESS_KEY_ID_CONFIG = "remote.log.storage.s3.access.key.id"
 S3_SECRET_ACCESS_KEY_CONFIG = "remote.log.storage.s3.secret.access.key"
 S3_RETRY_MODE_CONFIG = "remote.log.storage.s3.retry.mode"
+S3_SSE_CONFIG = "remote.log.storage.s3.server.side.encryption"
+S3_SSE_KMS_KEY_ID_CONFIG = "remote.log.storage.s3.sse.kms.key.id"
+SSE_TYPES = ("AES256", "aws:kms")
 
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -51,6 +55,7 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
     ``storage_from_uri(uri, **props)``; keys that do not concern storage are ignored.
     """
     parts = urllib.parse.urlsplit(uri)
+    at_rest = AtRest.from_config(config)
     max_bytes = _int_config(config, CUSTOM_METADATA_MAX_BYTES_CONFIG, DEFAULT_CUSTOM_METADATA_MAX_BYTES)
     if parts.fragment:
         raise ValueError(f"storage URI {uri!r} must not have a fragment")
@@ -62,7 +67,7 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
         path = urllib.parse.unquote(parts.path)
         if not path.startswith("/"):
             raise ValueError(f"file URI {uri!r} needs an absolute path: file:///absolute/path")
-        return LocalFolderStorage(Path(path), custom_metadata_max_bytes=max_bytes)
+        return LocalFolderStorage(Path(path), custom_metadata_max_bytes=max_bytes, at_rest=at_rest)
     if parts.scheme == "s3":
         bucket = parts.netloc
         if not _BUCKET_RE.fullmatch(bucket):
@@ -93,6 +98,12 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
         retry_mode = str(config.get(S3_RETRY_MODE_CONFIG) or "adaptive")
         if retry_mode not in RETRY_MODES:
             raise ValueError(f"{S3_RETRY_MODE_CONFIG}={retry_mode}: expected one of {', '.join(RETRY_MODES)}")
+        sse = str(config.get(S3_SSE_CONFIG) or "") or None
+        if sse is not None and sse not in SSE_TYPES:
+            raise ValueError(f"{S3_SSE_CONFIG}={sse}: expected AES256 (SSE-S3) or aws:kms (SSE-KMS)")
+        kms_key = str(config.get(S3_SSE_KMS_KEY_ID_CONFIG) or "") or None
+        if kms_key is not None and sse != "aws:kms":
+            raise ValueError(f"{S3_SSE_KMS_KEY_ID_CONFIG} needs {S3_SSE_CONFIG}=aws:kms")
         return S3Storage(
             bucket,
             urllib.parse.unquote(parts.path),
@@ -105,5 +116,8 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
             access_key_id=None if access_key is None else str(access_key),
             secret_access_key=None if secret_key is None else str(secret_key),
             custom_metadata_max_bytes=max_bytes,
+            at_rest=at_rest,
+            server_side_encryption=sse,
+            sse_kms_key_id=kms_key,
         )
     raise ValueError(f"unsupported storage URI {uri!r}: expected file:///absolute/path or s3://bucket/prefix")

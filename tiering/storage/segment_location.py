@@ -1,0 +1,69 @@
+"""Where a store put a segment and how, as it records it in the segment's KIP-917 custom metadata
+(:class:`SegmentLocation`): the key prefix, so that a later change of the prefix configuration
+orphans no segment; the bytes stored and their logical size; and whether the objects are sealed
+(compressed or encrypted at rest, ``tiering.storage.at_rest``), so that a reader knows to read
+the segment's envelope first. The S3 store records it for every segment; the local-folder store
+only for sealed ones (before that it recorded nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from tiering.storage.api import RemoteStorageError
+
+# KIP-917 blob, big-endian.
+#   version 1 (segments in the clear):
+#     u8 version, u64 bytes stored (all objects, as written), u16 length N, N bytes UTF-8 prefix
+#   version 2 (sealed segments):
+#     u8 version, u8 flags (bit 0: sealed), u64 bytes stored, u64 logical bytes, u16 N, N bytes prefix
+_V1 = struct.Struct(">BQH")
+_V2 = struct.Struct(">BBQQH")
+_SEALED = 0x01
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentLocation:
+    """What a store records about a copied segment in its custom metadata."""
+
+    prefix: str
+    stored_bytes: int
+    sealed: bool = False
+    logical_bytes: int = -1  # -1: as stored (in the clear)
+
+    @property
+    def logical(self) -> int:
+        return self.stored_bytes if self.logical_bytes < 0 else self.logical_bytes
+
+    def encode(self) -> bytes:
+        prefix = self.prefix.encode("utf-8")
+        if not self.sealed:
+            return _V1.pack(1, self.stored_bytes, len(prefix)) + prefix
+        return _V2.pack(2, _SEALED, self.stored_bytes, self.logical, len(prefix)) + prefix
+
+    @classmethod
+    def decode(cls, blob: bytes) -> SegmentLocation:
+        version = blob[0] if blob else None
+        layout = {1: _V1, 2: _V2}.get(version)  # type: ignore[arg-type]
+        if layout is None:
+            raise RemoteStorageError(f"unknown segment custom metadata version in {blob[:1].hex() or 'empty blob'}")
+        if len(blob) < layout.size:
+            raise RemoteStorageError(f"truncated segment custom metadata ({len(blob)} bytes)")
+        fields = layout.unpack_from(blob)
+        if len(blob) != layout.size + fields[-1]:
+            raise RemoteStorageError(f"segment custom metadata of {len(blob)} bytes does not match its prefix length")
+        prefix = blob[layout.size:].decode("utf-8")
+        if version == 1:
+            return cls(prefix, fields[1])
+        return cls(prefix, fields[2], bool(fields[1] & _SEALED), fields[3])
+
+    @staticmethod
+    def encoded_size(prefix: str, sealed: bool = True) -> int:
+        return (_V2 if sealed else _V1).size + len(prefix.encode("utf-8"))
+
+
+def is_sealed(custom_metadata: bytes | None) -> bool:
+    """Whether a segment with this custom metadata was stored sealed."""
+    if not custom_metadata or custom_metadata[0] != 2:
+        return False
+    return SegmentLocation.decode(custom_metadata).sealed
