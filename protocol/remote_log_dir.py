@@ -16,3 +16,7 @@ DATA_LOSS = struct.Struct(">qi")
 # log replaced them (an unclean leader election)
 TAG_DIVERGENCE = 10_002
 DIVERGENCE = struct.Struct(">qi")
+# per partition: the bytes the segments take in the remote tier (compressed, encrypted, indexes
+# included), beside partition_size, their logical size
+TAG_STORED_BYTES = 10_003
+STORED_BYTES = struct.Struct(">q")

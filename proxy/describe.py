@@ -18,9 +18,11 @@ from protocol.remote_log_dir import (
     DIVERGENCE,
     REMOTE_LOG_DIR_PREFIX,
     SEGMENT_COUNT,
+    STORED_BYTES,
     TAG_DATA_LOSS,
     TAG_DIVERGENCE,
     TAG_SEGMENT_COUNT,
+    TAG_STORED_BYTES,
     TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
@@ -55,6 +57,7 @@ class PartitionRow:
     lost: int = 0  # offsets the brokers deleted before they were tiered
     diverged: int = 0  # offsets cut back from the remote tier because the cluster's log replaced them
     tiered_by: str = "-"  # who tiers the topic: brokers, proxy, none ("-": a proxy that does not say)
+    stored_bytes: int = -1  # what the segments take in the remote tier (-1: a proxy that does not say)
 
 
 def describe(bootstrap: str, topic: str | None = None, security: ClientSecurity | None = None) -> list[PartitionRow]:
@@ -86,14 +89,15 @@ def describe(bootstrap: str, topic: str | None = None, security: ClientSecurity 
                                 raise DescribeError(f"ListOffsets {_TIMESTAMP_NAMES[timestamp]} ({timestamp}) for "
                                                     f"{t['name']}-{p['partition_index']}: {_error_name(p['error_code'])}")
                             offsets[(p["partition_index"], timestamp)] = p["offset"]
-            state, *_, owner = remote.get((name, None), ("-", 0, 0, 0, 0, 0, "none"))
+            state, *_, owner, _ = remote.get((name, None), ("-", 0, 0, 0, 0, 0, "none", -1))
             for p in sorted(partitions):
-                _, segments, size, lag, lost, diverged, _ = remote.get((name, p), (state, 0, 0, 0, 0, 0, owner))
+                _, segments, size, lag, lost, diverged, _, stored = remote.get(
+                    (name, p), (state, 0, 0, 0, 0, 0, owner, 0))
                 ry = offsets.get((p, LATEST_TIERED), -1)
                 rows.append(PartitionRow(name, p, offsets.get((p, EARLIEST)) if ry >= 0 else None,
                                          ry if ry >= 0 else None, offsets.get((p, EARLIEST_LOCAL), -1),
                                          offsets.get((p, LATEST), -1), segments, size, lag, state, lost,
-                                         diverged, owner))
+                                         diverged, owner, stored))
         return rows
     finally:
         client.close()
@@ -179,7 +183,7 @@ def _remote_log_dir(client: BrokerClient, node: int,
     remote_dirs = [r for r in answer["results"] if r["log_dir"].startswith(REMOTE_LOG_DIR_PREFIX)]
     if not remote_dirs:
         raise _not_the_proxy(bootstrap)
-    found: dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str]] = {}
+    found: dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str, int]] = {}
     for result in remote_dirs:
         if result["error_code"] != ErrorCode.NONE:
             raise DescribeError(f"DescribeLogDirs {result['log_dir']}: {_error_name(result['error_code'])}")
@@ -188,7 +192,7 @@ def _remote_log_dir(client: BrokerClient, node: int,
             state = raw_state.decode() if raw_state else "-"
             raw_owner = (t.get("_unknown_tags") or {}).get(TAG_TIERED_BY)
             owner = raw_owner.decode() if raw_owner else "-"
-            found[(t["name"], None)] = (state, 0, 0, 0, 0, 0, owner)
+            found[(t["name"], None)] = (state, 0, 0, 0, 0, 0, owner, -1)
             for p in t["partitions"]:
                 tags = p.get("_unknown_tags") or {}
                 raw_count, raw_loss = tags.get(TAG_SEGMENT_COUNT), tags.get(TAG_DATA_LOSS)
@@ -196,16 +200,19 @@ def _remote_log_dir(client: BrokerClient, node: int,
                 lost = DATA_LOSS.unpack(raw_loss)[0] if raw_loss else 0
                 raw_diverged = tags.get(TAG_DIVERGENCE)
                 diverged = DIVERGENCE.unpack(raw_diverged)[0] if raw_diverged else 0
+                raw_stored = tags.get(TAG_STORED_BYTES)
+                stored = STORED_BYTES.unpack(raw_stored)[0] if raw_stored else -1
                 found[(t["name"], p["partition_index"])] = (state, count, p["partition_size"], p["offset_lag"], lost,
-                                                            diverged, owner)
+                                                            diverged, owner, stored)
     return found
 
 
 def format_rows(rows: list[PartitionRow]) -> str:
-    header = ("TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz", "SEGMENTS", "REMOTE-BYTES", "LAG", "LOST", "DIVERGED",
-              "TIERED-BY", "TIERING")
+    header = ("TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz", "SEGMENTS", "REMOTE-BYTES", "STORED-BYTES", "LAG", "LOST",
+              "DIVERGED", "TIERED-BY", "TIERING")
     lines = [header] + [(r.topic, str(r.partition), "-" if r.rx is None else str(r.rx), "-" if r.ry is None else str(r.ry),
-                         str(r.lx), str(r.lz), str(r.segments), str(r.remote_bytes), str(r.lag), str(r.lost),
+                         str(r.lx), str(r.lz), str(r.segments), str(r.remote_bytes),
+                         "-" if r.stored_bytes < 0 else str(r.stored_bytes), str(r.lag), str(r.lost),
                          str(r.diverged), r.tiered_by, r.state)
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

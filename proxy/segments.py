@@ -28,7 +28,8 @@ def custom_metadata_text(blob: bytes | None) -> str:
         location = SegmentLocation.decode(blob)
     except RemoteStorageError:
         return f"0x{blob.hex()}"
-    return f"s3 prefix={location.prefix or '(none)'} stored_bytes={location.stored_bytes}"
+    text = f"prefix={location.prefix or '(none)'} stored_bytes={location.stored_bytes}"
+    return f"{text} sealed logical_bytes={location.logical}" if location.sealed else text
 
 
 def load_segments(metadata_uri: str, bootstrap: str | None,

@@ -286,7 +286,7 @@ def _brokers(s: StatusSnapshot) -> str:
             f"<th>state, as the proxy knows it</th></tr></thead><tbody>{body}</tbody></table></section>")
 
 
-_COLUMNS = ("Rx", "Ry", "Lx", "Lz", "copy lag", "segments", "remote bytes", "lost", "diverged")
+_COLUMNS = ("Rx", "Ry", "Lx", "Lz", "copy lag", "segments", "remote bytes", "stored bytes", "lost", "diverged")
 
 
 def _partition_row(p: PartitionTiers) -> str:
@@ -295,7 +295,8 @@ def _partition_row(p: PartitionTiers) -> str:
                                                                                   "Lx and Lz not known here now")
     cells = [("rx", _offset(p.rx)), ("ry", _offset(p.ry)), ("lx", _offset(p.lx)), ("lz", _offset(p.lz)),
              ("lag", str(p.lag)), ("segments", str(p.segments)),
-             ("remote-bytes", str(p.remote_bytes)), ("lost", str(p.lost_offsets)),
+             ("remote-bytes", str(p.remote_bytes)), ("stored-bytes", str(p.stored_bytes)),
+             ("lost", str(p.lost_offsets)),
              ("diverged", str(p.diverged_offsets))]
     numbers = "".join(f'<td class="num {cls}"' + (f' title="{_e(source)}"' if cls in ("lx", "lz") else "")
                       + f">{_e(text)}</td>" for cls, text in cells)
@@ -322,12 +323,13 @@ def _partitions(s: StatusSnapshot) -> str:
     for topic in sorted(set(by_topic) | set(s.topics)):
         parts = by_topic.get(topic, [])
         size = sum(p.remote_bytes for p in parts)
+        stored = sum(p.stored_bytes for p in parts)
         lag = sum(p.lag for p in parts)
         groups.append(f'<tbody class="topic-group" data-topic="{_e(topic)}"><tr class="topic-head">'
                       f'<th colspan="{3 + len(_COLUMNS)}"><span class="topic-name">{_e(topic)}</span> '
                       f"&middot; tiering {_e(s.topics.get(topic, '-'))} &middot; tiered by "
                       f"{_e(s.owners.get(topic, 'none'))} &middot; {len(parts)} partitions &middot; "
-                      f"{_e(format_bytes(size))} remote &middot; copy lag {lag} offsets</th></tr>"
+                      f"{_e(format_bytes(size))} remote ({_e(format_bytes(stored))} stored) &middot; copy lag {lag} offsets</th></tr>"
                       + "".join(_partition_row(p) for p in parts) + "</tbody>")
     body = "".join(groups) or f'<tbody><tr><td colspan="{3 + len(_COLUMNS)}">No tiered topic yet.</td></tr></tbody>'
     return ('<section id="partitions"><h2>Tiered partitions</h2>'

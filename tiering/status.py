@@ -20,11 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
+from protocol.remote_log_dir import SEGMENT_COUNT, STORED_BYTES, TAG_SEGMENT_COUNT, TAG_STORED_BYTES
 from tiering.broker_client import EARLIEST, LATEST, BrokerClient, BrokerClientError
 from tiering.client_security import ClientSecurity
-from tiering.model import TieringState, TopicIdPartition
+from tiering.model import RemoteLogSegmentMetadata, TieringState, TopicIdPartition
 from tiering.read.reader import RemoteReader, earliest_offset
 from tiering.service import TieringService
+from tiering.storage.segment_location import stored_bytes
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class PartitionTiers:
     # lower (remote retention ran ahead of the brokers'), so Rx can be below it; the bar draws this.
     remote_start: int | None
     segments: int
-    remote_bytes: int
+    remote_bytes: int  # the segments' data, as Kafka counts a remote log's size
     lag: int  # offsets below the last stable offset not yet copied (describe's LAG)
     state: str  # the topic's KIP-950 state as describe prints it ("ENABLED retain 1"), "-" if none
     lost: tuple[tuple[int, int], ...] = ()  # ranges the brokers deleted before they were tiered
@@ -54,6 +56,7 @@ class PartitionTiers:
     copied_here: bool = False  # a copier of this process follows the partition
     offsets_from: str = UNKNOWN  # FROM_COPIER, FROM_BROKERS or UNKNOWN: where lx and lz came from
     tiered_by: str = "none"  # "brokers", "proxy" or "none" (see owner_text)
+    stored_bytes: int = 0  # what the segments take in the remote tier (compressed, encrypted, indexes)
 
     @property
     def lost_offsets(self) -> int:
@@ -71,6 +74,16 @@ class TiersView:
     # disabled with the delete policy, or tiered by the brokers, may have no partitions here).
     topics: dict[str, str] = field(default_factory=dict)
     owners: dict[str, str] = field(default_factory=dict)  # topic -> who tiers it (owner_text)
+
+
+def segments_stored_bytes(segments: Iterable[RemoteLogSegmentMetadata]) -> int:
+    return sum(stored_bytes(s.custom_metadata, s.segment_size_bytes) for s in segments)
+
+
+def segment_tags(segments: list[RemoteLogSegmentMetadata]) -> dict[int, bytes]:
+    """A partition's segment count and stored bytes, as tagged fields of the remote log dir."""
+    return {TAG_SEGMENT_COUNT: SEGMENT_COUNT.pack(len(segments)),
+            TAG_STORED_BYTES: STORED_BYTES.pack(segments_stored_bytes(segments))}
 
 
 def state_text(service: TieringService, topic: str) -> str:
@@ -141,7 +154,7 @@ def tiers_view(service: TieringService, reader: RemoteReader, brokers: BrokerOff
             sum(s.segment_size_bytes for s in segments), lag.get(tp, 0), states[tp.topic],
             tuple(metadata.data_loss(tp)),
             tuple((d.first_offset, d.last_offset) for d in metadata.divergences(tp)),
-            tp in copiers, source, owners[tp.topic]))
+            tp in copiers, source, owners[tp.topic], segments_stored_bytes(segments)))
     return TiersView(rows, states, owners)
 
 

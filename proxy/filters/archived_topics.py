@@ -44,8 +44,6 @@ from protocol.apis import (
 from protocol.errors import ErrorCode
 from protocol.remote_log_dir import (
     REMOTE_LOG_DIR_PREFIX,
-    SEGMENT_COUNT,
-    TAG_SEGMENT_COUNT,
     TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
@@ -54,6 +52,7 @@ from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.partition_reads import PartitionKey, ReadEntry, ReadResult
 from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
+from tiering.status import segment_tags
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +372,7 @@ def _log_dir_topic(served: Served, partitions: set[int] | None, version: int) ->
         entry: dict[str, Any] = {"partition_index": p, "partition_size": sum(s.segment_size_bytes for s in segments),
                                  "offset_lag": 0, "is_future_key": False}
         if version >= 2:
-            entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: SEGMENT_COUNT.pack(len(segments))}
+            entry["_unknown_tags"] = segment_tags(segments)
         entries.append(entry)
     topic: dict[str, Any] = {"name": served.name, "partitions": entries}
     if version >= 2:

@@ -38,7 +38,9 @@ from proxy.status import RemoteReadCounters, StatusSource
 from proxy.status_page import render
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
+from tiering.status import segments_stored_bytes
 from tiering.storage.api import StorageRequests
+from tiering.storage.object_layout import ObjectStorage
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,11 @@ def _storage_request_metrics(tier: str, counts: StorageRequests) -> Iterator:
     moved.add_metric([tier, "read"], read)
     moved.add_metric([tier, "written"], written)
     yield from (sent, failed, moved)
+
+
+def _object_stores(tiering: TieringService) -> list[ObjectStorage]:
+    stores = [tiering.storage] + [a.storage for a in tiering.archives if a.storage is not tiering.storage]
+    return [s for s in stores if isinstance(s, ObjectStorage)]
 
 
 class ProxyCollector(Collector):
@@ -158,7 +165,19 @@ class ProxyCollector(Collector):
             lag_bytes.add_metric([topic], lag_b)
             lag_segments.add_metric([topic], lag_s)
             size.add_metric([topic], size_b)
-        yield from (lag_bytes, lag_segments, size)
+        stored = GaugeMetricFamily("tiered_proxy_remote_stored_bytes", "Bytes the copied remote segments take in the "
+                                   "remote tier (compressed, encrypted, indexes included)", labels=["topic"])
+        stored_by_topic: dict[str, int] = {}
+        for tp in list(tiering.manager.copiers):
+            stored_by_topic[tp.topic] = stored_by_topic.get(tp.topic, 0) + segments_stored_bytes(
+                tiering.metadata.copied_segments(tp))
+        for topic, stored_b in sorted(stored_by_topic.items()):
+            stored.add_metric([topic], stored_b)
+        yield from (lag_bytes, lag_segments, size, stored)
+        if isinstance(tiering.storage, ObjectStorage):
+            yield CounterMetricFamily("tiered_proxy_remote_integrity_failures", "Remote objects refused because "
+                                      "they are not what was written (checksum, authentication, key)",
+                                      value=sum(s.at_rest.integrity_failures for s in _object_stores(tiering)))
         yield CounterMetricFamily("tiered_proxy_tiering_rounds", "Rounds of the remote log manager finished",
                                   value=tiering.manager.rounds)
         yield GaugeMetricFamily("tiered_proxy_tiering_round_seconds", "Seconds the last finished round took",

@@ -46,10 +46,8 @@ from protocol.remote_log_dir import (
     DATA_LOSS,
     DIVERGENCE,
     REMOTE_LOG_DIR_PREFIX,
-    SEGMENT_COUNT,
     TAG_DATA_LOSS,
     TAG_DIVERGENCE,
-    TAG_SEGMENT_COUNT,
     TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
@@ -59,7 +57,7 @@ from tiering.broker_client import BrokerClient, BrokerClientError
 from tiering.model import TopicIdPartition, TopicTieringState
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
-from tiering.status import listed, owner_text, state_text
+from tiering.status import listed, owner_text, segment_tags, state_text
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
     TIERING_KEYS,
@@ -478,7 +476,7 @@ class TopicAdmin(Filter):
                 entry: dict[str, Any] = {"partition_index": tp.partition, "partition_size": size,
                                          "offset_lag": lag.get(tp, 0), "is_future_key": False}
                 if version >= 2:
-                    entry["_unknown_tags"] = {TAG_SEGMENT_COUNT: SEGMENT_COUNT.pack(len(segments))}
+                    entry["_unknown_tags"] = segment_tags(segments)
                     lost = metadata.data_loss(tp)
                     if lost:
                         entry["_unknown_tags"][TAG_DATA_LOSS] = DATA_LOSS.pack(

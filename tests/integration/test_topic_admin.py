@@ -335,7 +335,7 @@ def test_disablement_and_partition_delete_finish_after_a_restart(noida, tmp_path
             cells = line.split("\t")
             assert cells[0] == deleted
             if cells[6] == "COPY_SEGMENT_FINISHED":
-                assert cells[8].startswith("s3 prefix=tiered stored_bytes=") and int(cells[8].rsplit("=", 1)[1]) > 0
+                assert cells[8].startswith("prefix=tiered stored_bytes=") and int(cells[8].rsplit("=", 1)[1]) > 0
                 finished.add(cells[1])
             else:  # a copy in flight: the storage returns its custom metadata when the copy ends
                 assert (cells[6], cells[8]) == ("COPY_SEGMENT_STARTED", "-"), cells

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS
 from protocol.message_codec import codec
-from protocol.remote_log_dir import TAG_DATA_LOSS, TAG_DIVERGENCE, TAG_SEGMENT_COUNT
+from protocol.remote_log_dir import TAG_DATA_LOSS, TAG_DIVERGENCE, TAG_SEGMENT_COUNT, TAG_STORED_BYTES
 from proxy.describe import PartitionRow, _remote_log_dir, format_rows
 from proxy.filters.topic_admin import TopicAdmin
 from tests.unit.test_describe_errors import _Answers
@@ -54,15 +54,16 @@ def test_offsets_lost_and_diverged_reach_describe(tmp_path: Path) -> None:
         store.put_remote_log_divergence(RemoteLogDivergence(TROUBLED, 40, 49, 5, 4, 2))
         log_dir = _admin(store)._remote_log_dir(None, 4)
     partitions = {p["partition_index"]: p["_unknown_tags"] for p in log_dir["topics"][0]["partitions"]}
-    assert set(partitions[0]) == {TAG_SEGMENT_COUNT}  # nothing lost or diverged: no tags for them
-    assert set(partitions[1]) == {TAG_SEGMENT_COUNT, TAG_DATA_LOSS, TAG_DIVERGENCE}
+    assert set(partitions[0]) == {TAG_SEGMENT_COUNT, TAG_STORED_BYTES}  # nothing lost or diverged: no tags for them
+    assert set(partitions[1]) == {TAG_SEGMENT_COUNT, TAG_STORED_BYTES, TAG_DATA_LOSS, TAG_DIVERGENCE}
 
     response = codec("DescribeLogDirsResponse", 4)
     wire = response.encode({"throttle_time_ms": 0, "error_code": 0, "results": [log_dir]})
     client = _Answers({DESCRIBE_LOG_DIRS: response.decode(wire)}, {LIST_OFFSETS: (1, 10), DESCRIBE_LOG_DIRS: (1, 4)})
     found = _remote_log_dir(client, 1, "proxy:1")  # type: ignore[arg-type]
-    assert found[("t", 0)] == ("-", 1, 100, 0, 0, 0, "proxy")
-    assert found[("t", 1)] == ("-", 1, 100, 0, 5, 50, "proxy")  # 5 offsets lost; 40 + 10 cut back
+    # Stored: the data of segments in the clear in a local folder (no custom metadata recorded).
+    assert found[("t", 0)] == ("-", 1, 100, 0, 0, 0, "proxy", 100)
+    assert found[("t", 1)] == ("-", 1, 100, 0, 5, 50, "proxy", 100)  # 5 offsets lost; 40 + 10 cut back
 
     table = format_rows([PartitionRow("t", 1, 0, 99, 0, 150, 1, 100, 0, "-", 5, 50, "proxy")]).splitlines()
     header, row = table[0].split(), table[1].split()

@@ -225,7 +225,8 @@ def test_the_listener_serves_the_page_at_root_and_metrics_at_metrics() -> None:
 
 
 def _segment(start: int, end: int, size: int = 100) -> SimpleNamespace:
-    return SimpleNamespace(start_offset=start, end_offset=end, segment_size_bytes=size, segment_leader_epochs=[])
+    return SimpleNamespace(start_offset=start, end_offset=end, segment_size_bytes=size, segment_leader_epochs=[],
+                           custom_metadata=None)
 
 
 def test_tiers_view_answers_rx_as_list_offsets_earliest_does() -> None:

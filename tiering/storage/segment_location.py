@@ -62,6 +62,18 @@ class SegmentLocation:
         return (_V2 if sealed else _V1).size + len(prefix.encode("utf-8"))
 
 
+def stored_bytes(custom_metadata: bytes | None, segment_size_bytes: int) -> int:
+    """What a segment takes in the remote tier, as its store recorded it (every object, indexes
+    included); a segment whose store recorded nothing (in the clear, in a local folder) counts its
+    data, stored as it is."""
+    if not custom_metadata or custom_metadata[0] not in (1, 2):
+        return segment_size_bytes
+    try:
+        return SegmentLocation.decode(custom_metadata).stored_bytes
+    except RemoteStorageError:
+        return segment_size_bytes
+
+
 def is_sealed(custom_metadata: bytes | None) -> bool:
     """Whether a segment with this custom metadata was stored sealed."""
     if not custom_metadata or custom_metadata[0] != 2:
