@@ -37,7 +37,7 @@ from tiering.storage.api import (
     RemoteStorageManager,
 )
 from tiering.storage.at_rest import AtRest, IntegrityError
-from tiering.storage.sealed_format import SegmentEnvelope, is_sealed_object
+from tiering.storage.sealed_format import ChunkTable, SegmentEnvelope, is_sealed_object
 from tiering.storage.segment_location import SegmentLocation, is_sealed
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ class ObjectStorage(RemoteStorageManager):
         logical: int | None = None
         if self.at_rest.seals(metadata.topic_id_partition.topic):
             logical = sum(len(body) for _, body in bodies)
-            envelope, sealed = self.at_rest.seal_segment(segment_context(metadata), metadata.topic_id_partition.topic, bodies)
+            envelope, sealed = self.at_rest.seal_segment(segment_context(metadata), metadata.topic_id_partition.topic,
+                                                         bodies)
             bodies = [(SEAL_SUFFIX, envelope), *sealed]  # the envelope first: nothing is stored without it
         objects = [(segment_object_key(prefix, metadata, name), body) for name, body in bodies]
         attempted: list[str] = []
@@ -227,7 +228,7 @@ class ObjectStorage(RemoteStorageManager):
         with self._envelopes_lock:
             self._envelopes.pop(segment_id, None)
 
-    def _table(self, envelope: SegmentEnvelope, name: str, key: str):  # type: ignore[no-untyped-def]
+    def _table(self, envelope: SegmentEnvelope, name: str, key: str) -> ChunkTable:
         table = envelope.tables.get(name)
         if table is None:
             raise IntegrityError(f"{key}: the segment's envelope describes no {name} object")
