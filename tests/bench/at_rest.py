@@ -15,7 +15,7 @@ gateway each):
 - **AES-GCM**: ``remote.log.storage.encryption.key.ring.file`` and ``.key.id`` (a key ring written with
   ``tiering.storage.key_ring.key_block``): every chunk encrypted under a data key of its segment;
 - **AES-GCM + zstd**: the same and ``remote.log.storage.compression.type=zstd`` (``--zstd-level``
-  sets ``remote.log.storage.compression.zstd.level``; the proxy's default is 3).
+  sets ``remote.log.storage.compression.zstd.level``; the proxy's default is 1).
 
 What is measured, in this order:
 
@@ -94,6 +94,7 @@ from tests.cpu_sets import Placement, pin_self, placement
 from tests.integration.s3_server import SeaweedFS, new_bucket, s3_client, s3_uri_args
 from tests.kafka_cluster import start_single
 from tests.proxy_process import ProxyProcess, start_proxy
+from tiering.storage.at_rest import DEFAULT_ZSTD_LEVEL
 from tiering.storage.key_ring import ACTIVE_KEY_ID_CONFIG, KEY_RING_FILE_CONFIG, key_block
 
 REPO = Path(__file__).resolve().parents[2]
@@ -625,7 +626,7 @@ def spread(values: list[float], spec: str = ".0f") -> str:
 def report(args: argparse.Namespace, where: Placement, records: int, payload: int, figures: dict[Mode, ModeFigures],
            s3: bool, work: Path, elapsed: float) -> None:
     p, a, z = (figures[m] for m in MODES)
-    level = "3 (default)" if args.zstd_level is None else args.zstd_level
+    level = f"{DEFAULT_ZSTD_LEVEL} (default)" if args.zstd_level is None else args.zstd_level
     print(f"\ndata at rest, Kafka 4.4: {payload / 1e6:.0f} MB of JSON events per topic ({records:,} records, "
           f"{PARTITIONS} partitions, segment.bytes {args.segment_mb} MiB, produced uncompressed), remote tier "
           f"{'SeaweedFS S3' if s3 else 'local folder'}, zstd level {level}; tiering: {args.tier_runs} runs; reads: "

@@ -295,8 +295,10 @@ def test_a_throttling_store_gets_the_rate_it_allows_not_a_retry_storm(s3_endpoin
 
 def test_prefix_too_long_for_the_metadata_limit_is_a_config_error():
     with pytest.raises(ValueError, match="custom metadata"):
-        S3Storage("bkt", "p" * 118, client=object())
-    S3Storage("bkt", "p" * 117, client=object())  # 11 + 117 = 128 fits
+        S3Storage("bkt", "p" * 109, client=object())
+    # 20 + 108 = 128 fits: the form a sealed segment records, which any topic may ask for
+    # (remote.storage.compression.type)
+    S3Storage("bkt", "p" * 108, client=object())
 
 
 def test_s3_uri_parsing():
@@ -352,3 +354,34 @@ def test_storage_from_uri_round_trip(s3_endpoint, bucket):
     storage.copy_log_segment_data(metadata, LogSegmentData(b"hello", b"", b"", None, b""))
     assert storage.fetch_log_segment(metadata, 1, 3) == b"ell"
     assert all(k.startswith("from-uri/") for k in all_keys(s3_endpoint, bucket))
+
+
+def test_a_sealed_segment_goes_up_in_parts_as_it_is_sealed(s3_endpoint, bucket, tmp_path):
+    """Sealed at rest, a segment over the multipart threshold is uploaded part by part while it is
+    encrypted (never held whole twice), and reads back exactly, whole and across part ends."""
+    from protocol.records import Record, build_batch
+    from tiering.storage.at_rest import AtRest
+    from tiering.storage.key_ring import PemKeyRing, key_block
+
+    (tmp_path / "ring.pem").write_text(key_block("k1"))
+    at_rest = AtRest(PemKeyRing(tmp_path / "ring.pem", "k1"), "zstd", chunk_size=1 * MiB)
+    storage = s3_storage(s3_endpoint, bucket, "sealed", multipart_threshold=5 * MiB, part_size=5 * MiB,
+                         at_rest=at_rest)
+    sent: list[str] = []
+    storage.client.meta.events.register("before-send.s3", lambda event_name, **_: sent.append(
+        event_name.rsplit(".", 1)[-1]))
+    # Uncompressed batches: 6 MiB of random values (kept raw), then 6 MiB that zstd shrinks.
+    log = b"".join(build_batch([Record(o, 0, None, os.urandom(1024) if o < 6144 else b"compressible " * 80, [])],
+                               base_offset=o) for o in range(12288))
+    metadata = segment_metadata()
+    metadata = dataclasses.replace(metadata, custom_metadata=storage.copy_log_segment_data(
+        metadata, segment_data(log=log)))
+    assert sent.count("UploadPart") == 2 and sent.count("CompleteMultipartUpload") == 1
+    assert sent[-1] == "PutObject"  # the envelope, last: the mark of a complete copy
+    location = SegmentLocation.decode(metadata.custom_metadata or b"")
+    assert location.sealed and location.stored_bytes < location.logical_bytes - 5 * MiB
+    assert storage.fetch_log_segment(metadata, 0) == log
+    assert storage.fetch_log_segment(metadata, 5 * MiB - 10, 5 * MiB + 10) == log[5 * MiB - 10:5 * MiB + 11]
+    storage.delete_log_segment_data(metadata)
+    assert not all_keys(s3_endpoint, bucket)
+    storage.close()

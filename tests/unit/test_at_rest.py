@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from protocol.compression import Compression
 from protocol.records import Record, build_batch
 from tests.http_kms import HttpKmsServer
-from tiering.metadata.manifests import decode_manifest, encode_manifest
+from tiering.metadata.manifests import decode_manifest, encode_manifest, partition_manifest_key, read_bucket
 from tiering.model import (
     IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     TopicIdPartition,
     TopicTieringState,
 )
@@ -245,3 +246,17 @@ def test_segment_location_round_trips(prefix: str, stored: int, logical: int, se
     location = SegmentLocation(prefix, stored, sealed, logical if sealed else -1)
     assert SegmentLocation.decode(location.encode()) == location
     assert is_sealed(location.encode()) == sealed
+
+
+def test_the_bucket_index_reads_sealed_manifests(tmp_path: Path) -> None:
+    """Archived topics, read replicas, ``segments --remote`` and the Spark source's ``manifests:``
+    read the bucket's own description, sealed like the rest, with the ring."""
+    store = sealed_store(tmp_path / "remote", ring(tmp_path, "k1"))
+    segment = copy(store, json_log(100))
+    finished = dataclasses.replace(segment, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+    store.write_object(partition_manifest_key(TP), encode_manifest([finished], 1))
+    assert b"orders" not in (tmp_path / "remote" / partition_manifest_key(TP)).read_bytes()
+    index = read_bucket(sealed_store(tmp_path / "remote", tmp_path / "ring.pem"))
+    assert index.state.partitions[TP].finished() == [finished]
+    with pytest.raises(IntegrityError, match="no key ring"):
+        read_bucket(sealed_store(tmp_path / "remote", None, compression="none"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import crc32c
 import zstandard
@@ -41,7 +41,7 @@ TOPIC_COMPRESSION_TYPE_CONFIG = "remote.storage.compression.type"  # per topic, 
 ZSTD_LEVEL_CONFIG = "remote.log.storage.compression.zstd.level"
 CHUNK_SIZE_CONFIG = "remote.log.chunk.size.bytes"
 COMPRESSION_TYPES = ("none", "zstd")
-DEFAULT_ZSTD_LEVEL = 3
+DEFAULT_ZSTD_LEVEL = 1  # level 3 cost 0.67x plain tiering speed on JSON, level 1 0.83x, for 0.233 against 0.237 of the bytes
 _WORTH_IT = 0.97  # a compressed chunk is kept if it is below this share of the raw one
 _SAMPLED_BATCHES = 256
 _PLAIN = WrappedKey("", b"")
@@ -93,25 +93,20 @@ class AtRest:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def seal_segment(self, context: bytes, topic: str, objects: list[tuple[str, bytes | memoryview]]
-                     ) -> tuple[bytes, list[tuple[str, bytes]]]:
-        """The envelope and the sealed bodies of a segment's objects (named by suffix)."""
+    def sealer(self, context: bytes, topic: str) -> SegmentSealer:
+        """What seals one new segment of ``topic``, object after object, chunk by chunk."""
         key, aead = self._new_data_key(context)
-        compress = self.compression_of(topic) == "zstd"
-        tables: dict[str, ChunkTable] = {}
-        bodies: list[tuple[str, bytes]] = []
-        for name, body in objects:
-            table, chunks = self._seal(context, name, memoryview(body), aead,
-                                       compress and not (name == "log" and mostly_compressed(body)))
-            tables[name] = table
-            bodies.append((name, b"".join(chunks)))
-        return SegmentEnvelope(key, tables).encode(), bodies
+        return SegmentSealer(self, context, key, aead, self.compression_of(topic) == "zstd")
 
     def seal_object(self, context: bytes, body: bytes) -> bytes:
         """A whole object sealed with its own data key (for objects always read whole)."""
         key, aead = self._new_data_key(context)
-        table, chunks = self._seal(context, "object", memoryview(body), aead, self.compression != "none")
-        return encode_sealed_object(key, table, chunks)
+        chunks: list[Chunk] = []
+        nonce_prefix = _nonce_prefix(aead)
+        stored = list(self._seal(context, "object", memoryview(body), aead, self.compression != "none",
+                                 nonce_prefix, chunks))
+        table = ChunkTable("object", len(body), self.chunk_size, nonce_prefix, tuple(chunks))
+        return encode_sealed_object(key, table, stored)
 
     def _new_data_key(self, context: bytes) -> tuple[WrappedKey, AESGCM | None]:
         if self.keys is None:
@@ -119,25 +114,23 @@ class AtRest:
         data_key = AESGCM.generate_key(256)
         return WrappedKey(self.keys.active_key_id, self.keys.wrap(data_key, context)), AESGCM(data_key)
 
-    def _seal(self, context: bytes, name: str, body: memoryview, aead: AESGCM | None,
-              compress: bool) -> tuple[ChunkTable, list[bytes]]:
+    def _seal(self, context: bytes, name: str, body: memoryview, aead: AESGCM | None, compress: bool,
+              nonce_prefix: bytes, chunks: list[Chunk]) -> Iterator[bytes | memoryview]:
+        """The stored chunks of ``body``, one at a time (so a segment is never held twice), each
+        described in ``chunks`` as it is yielded."""
         count = -(-len(body) // self.chunk_size)
-        nonce_prefix = os.urandom(NONCE_PREFIX_BYTES) if aead else bytes(NONCE_PREFIX_BYTES)
-        chunks: list[Chunk] = []
-        stored: list[bytes] = []
         for index in range(count):
-            piece = body[index * self.chunk_size:(index + 1) * self.chunk_size]
-            data, codec = bytes(piece), CODEC_RAW
+            data: bytes | memoryview = body[index * self.chunk_size:(index + 1) * self.chunk_size]
+            codec = CODEC_RAW
             if compress:
-                packed = self._compressor().compress(piece)
-                if len(packed) < len(piece) * _WORTH_IT:
+                packed = self._compressor().compress(data)
+                if len(packed) < len(data) * _WORTH_IT:
                     data, codec = packed, CODEC_ZSTD
             if aead is not None:
                 aad = chunk_aad(context, name, index, count, len(body), codec)
                 data = aead.encrypt(nonce_prefix + struct.pack(">I", index), data, aad)
             chunks.append(Chunk(len(data), crc32c.crc32c(data), codec))
-            stored.append(data)
-        return ChunkTable(name, len(body), self.chunk_size, nonce_prefix, tuple(chunks)), stored
+            yield data
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -230,6 +223,36 @@ class AtRest:
         if decompressor is None:
             decompressor = self._local.decompressor = zstandard.ZstdDecompressor()
         return decompressor
+
+
+class SegmentSealer:
+    """Seals one segment: :meth:`seal` each object in turn (its stored chunks are yielded as they
+    are made, to be written as they come), then :meth:`envelope` describes them all."""
+
+    def __init__(self, at_rest: AtRest, context: bytes, key: WrappedKey, aead: AESGCM | None, compress: bool) -> None:
+        self.at_rest = at_rest
+        self.context = context
+        self.key = key
+        self.aead = aead
+        self.compress = compress
+        self.tables: dict[str, ChunkTable] = {}
+        self.logical_bytes = 0
+
+    def seal(self, name: str, body: bytes | memoryview) -> Iterator[bytes | memoryview]:
+        view = memoryview(body)
+        chunks: list[Chunk] = []
+        nonce_prefix = _nonce_prefix(self.aead)
+        compress = self.compress and not (name == "log" and mostly_compressed(view))
+        yield from self.at_rest._seal(self.context, name, view, self.aead, compress, nonce_prefix, chunks)
+        self.tables[name] = ChunkTable(name, len(view), self.at_rest.chunk_size, nonce_prefix, tuple(chunks))
+        self.logical_bytes += len(view)
+
+    def envelope(self) -> bytes:
+        return SegmentEnvelope(self.key, self.tables).encode()
+
+
+def _nonce_prefix(aead: AESGCM | None) -> bytes:
+    return os.urandom(NONCE_PREFIX_BYTES) if aead is not None else bytes(NONCE_PREFIX_BYTES)
 
 
 def chunk_aad(context: bytes, name: str, index: int, count: int, logical_size: int, codec: int) -> bytes:

@@ -6,7 +6,7 @@ import errno
 import glob
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -85,15 +85,21 @@ class LocalFolderStorage(ObjectStorage):
             raise
 
     def _put(self, key: str, body: bytes | memoryview) -> None:
+        self._put_chunks(key, (body,))
+
+    def _put_chunks(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
         path = self.path_of(key)
+        size = 0
         with self._counted("PUT"), _os_errors("write", key, reading=False):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
                 try:
-                    view = memoryview(body)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    for chunk in chunks:
+                        view = memoryview(chunk)
+                        size += len(view)
+                        while view:
+                            view = view[os.write(fd, view) :]
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -105,6 +111,7 @@ class LocalFolderStorage(ObjectStorage):
             # Every rename is made durable before the next object is written, so the .log (written
             # last) can never survive a crash that loses an index's rename.
             _fsync_dir(path.parent)
+        return size
 
     def _get(self, key: str) -> bytes:
         with self._counted("GET"), _os_errors("read", key):

@@ -12,8 +12,10 @@ under its final name means the copy of that segment completed. Deletion removes 
 first for the same reason: a half-deleted segment never looks complete.
 
 A segment stored sealed (compressed or encrypted at rest, ``tiering.storage.at_rest``) has one more
-object, its envelope (``seal``): written first, deleted last, so no object of the segment is ever
-there without what opens it. Its custom metadata says it is sealed (``segment_location``).
+object, its envelope (``seal``), which describes the others: it is written last and deleted first,
+so for such a segment the envelope is the mark of a complete copy. Its objects are written as they
+are sealed, chunk by chunk, so a copy holds a part of the segment sealed, not all of it. Its
+custom metadata says it is sealed (``segment_location``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import threading
 import uuid
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -123,10 +125,11 @@ class ObjectStorage(RemoteStorageManager):
         return segment_object_key(self._prefix_for(metadata), metadata, suffix)
 
     def segment_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
-        """Every key a segment may occupy, ``.log`` first and the envelope last (the delete order)."""
-        return [self.object_key(metadata, LOG_SUFFIX)] + [
-            self.object_key(metadata, t.value) for t in IndexType
-        ] + [self.object_key(metadata, SEAL_SUFFIX)]
+        """Every key a segment may occupy, the one that marks it complete first (the delete
+        order): the ``.log`` in the clear, the envelope when sealed."""
+        keys = [self.object_key(metadata, LOG_SUFFIX)] + [self.object_key(metadata, t.value) for t in IndexType]
+        seal = self.object_key(metadata, SEAL_SUFFIX)
+        return [seal, *keys] if is_sealed(metadata.custom_metadata) else [*keys, seal]
 
     def _prefix_for(self, metadata: RemoteLogSegmentMetadata) -> str:
         """The prefix a segment was stored under; the configured one unless a store records it."""
@@ -145,20 +148,28 @@ class ObjectStorage(RemoteStorageManager):
         # A fresh copy always goes under the configured prefix, whatever metadata the caller holds.
         prefix = self.prefix
         bodies: list[tuple[str, bytes | memoryview]] = [(t.value, body) for t, body in _index_bodies(data)]
-        bodies.append((LOG_SUFFIX, data.log))  # last: marks completion
-        logical: int | None = None
-        if self.at_rest.seals(metadata.topic_id_partition.topic):
-            logical = sum(len(body) for _, body in bodies)
-            envelope, sealed = self.at_rest.seal_segment(segment_context(metadata), metadata.topic_id_partition.topic,
-                                                         bodies)
-            bodies = [(SEAL_SUFFIX, envelope), *sealed]  # the envelope first: nothing is stored without it
-        objects = [(segment_object_key(prefix, metadata, name), body) for name, body in bodies]
+        bodies.append((LOG_SUFFIX, data.log))  # last: marks completion (in the clear)
+        topic = metadata.topic_id_partition.topic
+        sealer = self.at_rest.sealer(segment_context(metadata), topic) if self.at_rest.seals(topic) else None
         attempted: list[str] = []
+        stored = 0
         try:
-            for key, body in objects:
+            for name, body in bodies:
+                key = segment_object_key(prefix, metadata, name)
                 attempted.append(key)
-                self._put(key, body)
-                self.requests.moved(written=len(body))
+                if sealer is None:
+                    self._put(key, body)
+                    written = len(body)
+                else:
+                    written = self._put_chunks(key, sealer.seal(name, body))
+                self.requests.moved(written=written)
+                stored += written
+            if sealer is not None:  # sealed: the envelope last marks completion
+                attempted.append(segment_object_key(prefix, metadata, SEAL_SUFFIX))
+                envelope = sealer.envelope()
+                self._put(attempted[-1], envelope)
+                self.requests.moved(written=len(envelope))
+                stored += len(envelope)
         except Exception:
             # Best effort, so a failed copy leaves nothing behind; the original error is what matters.
             try:
@@ -166,7 +177,14 @@ class ObjectStorage(RemoteStorageManager):
             except Exception:
                 log.warning("could not clean up after failed copy of %s", metadata.segment_id, exc_info=True)
             raise
-        return self._custom_metadata(prefix, sum(len(body) for _, body in objects), logical)
+        return self._custom_metadata(prefix, stored, None if sealer is None else sealer.logical_bytes)
+
+    def _put_chunks(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
+        """Writes one object from its pieces as they come (a store that can stream them holds
+        less); returns its size."""
+        body = b"".join(chunks)
+        self._put(key, body)
+        return len(body)
 
     def _fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None) -> bytes:
         key = self.object_key(metadata, LOG_SUFFIX)

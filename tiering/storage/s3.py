@@ -3,8 +3,9 @@ boto3 client it makes (:func:`make_s3_client`)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -99,6 +100,9 @@ def make_s3_client(
         retries={"mode": retry_mode, "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
+        # Connections kept open for reuse: room for every reader, prefetch and copier thread at once
+        # (botocore's 10 made urllib3 discard connections, and open new ones, under a backfill).
+        max_pool_connections=64,
         # Custom endpoints (MinIO, SeaweedFS, Ceph) rarely resolve bucket subdomains.
         s3={"addressing_style": "path"} if endpoint_url else None,
         # Every upload carries a CRC32 of its bytes (x-amz-checksum-crc32), which the store checks
@@ -231,24 +235,45 @@ class S3Storage(ObjectStorage):
 
     def _put(self, key: str, body: bytes | memoryview) -> None:
         if len(body) > self.multipart_threshold:
-            self._put_multipart(key, memoryview(body))
+            view = memoryview(body)
+            self._put_multipart(key, (bytes(view[o:o + self.part_size]) for o in range(0, len(view), self.part_size)))
             return
         with _s3_errors("put", self.bucket, key):
             self._client.put_object(Bucket=self.bucket, Key=key, Body=bytes(body), **self._write_args)
 
-    def _put_multipart(self, key: str, body: memoryview) -> None:
+    def _put_chunks(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
+        """One PUT for an object within the multipart threshold; above it, parts uploaded as the
+        pieces fill them, so at most a part is held."""
+        pieces = iter(chunks)
+        head = bytearray()
+        for piece in pieces:
+            head += piece
+            if len(head) > self.multipart_threshold:
+                return self._put_multipart(key, self._parts(head, pieces))
+        self._put(key, head)
+        return len(head)
+
+    def _parts(self, buffer: bytearray, pieces: Iterator[bytes | memoryview]) -> Iterator[bytes]:
+        for piece in itertools.chain((b"",), pieces):
+            buffer += piece
+            while len(buffer) >= self.part_size:
+                yield bytes(buffer[:self.part_size])
+                del buffer[:self.part_size]
+        if buffer:
+            yield bytes(buffer)
+
+    def _put_multipart(self, key: str, parts_of_body: Iterable[bytes]) -> int:
+        """Uploads the parts in order; returns the object's size."""
         with _s3_errors("create multipart upload", self.bucket, key):
             upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key, **self._write_args)["UploadId"]
+        size = 0
         try:
             parts = []
-            for number, offset in enumerate(range(0, len(body), self.part_size), start=1):
+            for number, body in enumerate(parts_of_body, start=1):
+                size += len(body)
                 with _s3_errors(f"upload part {number}", self.bucket, key):
                     response = self._client.upload_part(
-                        Bucket=self.bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=bytes(body[offset : offset + self.part_size]),
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body,
                     )
                 part = {"PartNumber": number, "ETag": response["ETag"]}
                 # If botocore asked for per-part checksums (its default), S3 wants them listed again.
@@ -267,6 +292,7 @@ class S3Storage(ObjectStorage):
             except Exception:
                 log.warning("could not abort multipart upload %s of s3://%s/%s", upload_id, self.bucket, key)
             raise
+        return size
 
     def _get(self, key: str) -> bytes:
         with _s3_errors("get", self.bucket, key):
