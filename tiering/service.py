@@ -195,8 +195,9 @@ class TieringService:
             metadata.close()
             storage.close()
             raise
-        log.info("remote tier %s, metadata %s, data dir %s%s", storage_uri, metadata_uri, data_dir,
-                 " (tiering every topic)" if config.tier_all_topics else "")
+        log.info("remote tier %s, metadata %s, data dir %s%s%s", storage_uri, metadata_uri, data_dir,
+                 " (tiering every topic)" if config.tier_all_topics else "",
+                 f"; at rest: {storage.at_rest.describe()}" if isinstance(storage, ObjectStorage) else "")
         return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests, archive,
                    read_replica)
 

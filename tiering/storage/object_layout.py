@@ -29,13 +29,13 @@ import uuid
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tiering.model import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from tiering.storage.api import (
     DEFAULT_CUSTOM_METADATA_MAX_BYTES,
-    RemoteResourceNotFoundError,
     RemoteStorageManager,
 )
 from tiering.storage.at_rest import AtRest, IntegrityError
@@ -120,6 +120,7 @@ class ObjectStorage(RemoteStorageManager):
         self._envelopes: OrderedDict[RemoteLogSegmentId, tuple[SegmentEnvelope, AESGCM | None]] = OrderedDict()
         self._envelopes_lock = threading.Lock()
         self._reported: set[str] = set()  # objects whose integrity failure was logged
+        self._envelope_reads = ThreadPoolExecutor(8, thread_name_prefix="envelope-read")  # threads made on use
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         return segment_object_key(self._prefix_for(metadata), metadata, suffix)
@@ -213,12 +214,15 @@ class ObjectStorage(RemoteStorageManager):
             self.requests.moved(read=len(data))
             return data
         with self._reporting(key):
-            envelope, aead = self._envelope(metadata)
-            if index_type.value not in envelope.tables:
-                raise RemoteResourceNotFoundError(f"read: {key} not found (the segment has no {index_type.value} index)")
-            table = envelope.tables[index_type.value]
+            # The envelope is read beside the index, not before it: a cold read (a fresh proxy's
+            # first record) waits for one round trip to the store, as in the clear, not two.
+            pending = None if self._has_envelope(metadata) else self._envelope_reads.submit(self._envelope, metadata)
             stored = self._get(key)
             self.requests.moved(read=len(stored))
+            envelope, aead = self._envelope(metadata) if pending is None else pending.result()
+            if index_type.value not in envelope.tables:
+                raise IntegrityError(f"{key}: the segment's envelope describes no {index_type.value} object")
+            table = envelope.tables[index_type.value]
             if not table.chunks:
                 return b""
             return b"".join(self.at_rest.open_range(segment_context(metadata), table, aead, 0, len(table.chunks) - 1,
@@ -241,6 +245,10 @@ class ObjectStorage(RemoteStorageManager):
             while len(self._envelopes) > _ENVELOPES_CACHED:
                 self._envelopes.popitem(last=False)
         return opened
+
+    def _has_envelope(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        with self._envelopes_lock:
+            return metadata.segment_id in self._envelopes
 
     def forget_envelope(self, segment_id: RemoteLogSegmentId) -> None:
         with self._envelopes_lock:
@@ -269,6 +277,9 @@ class ObjectStorage(RemoteStorageManager):
         # The .log goes first and alone, so a crash mid-delete never leaves a complete-looking segment.
         self._delete_keys(keys[:1])
         self._delete_keys(keys[1:])
+
+    def _close(self) -> None:
+        self._envelope_reads.shutdown(wait=False, cancel_futures=True)
 
     # Whole objects outside the segment layout (the bucket's manifests, tiering.metadata.manifests),
     # by keys relative to the configured prefix.

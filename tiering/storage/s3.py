@@ -342,6 +342,7 @@ class S3Storage(ObjectStorage):
         return keys, directories
 
     def _close(self) -> None:
+        super()._close()
         if self._owns_client:
             self._client.close()
 
