@@ -35,6 +35,7 @@ from tiering.model import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMe
 from tiering.storage.api import RemoteStorageManager
 from tiering.storage.local_folder import LocalFolderStorage
 from tiering.storage.s3 import S3Storage
+from tiering.storage.segment_location import is_sealed
 
 FAST = TieringConfig(task_interval_ms=200, copy_backoff_max_ms=1000)
 
@@ -137,7 +138,8 @@ def remote_files(data_dir: Path, topic: str) -> set[str]:
 
 def expected_files(storage: LocalFolderStorage, segments: list[RemoteLogSegmentMetadata]) -> set[str]:
     return {Path(key).name for s in segments for key in storage.segment_keys(s)
-            if not (s.tx_index_empty and key.endswith(".txnindex"))}  # an empty txn index is not stored
+            if not (s.tx_index_empty and key.endswith(".txnindex"))  # an empty txn index is not stored
+            and not (key.endswith(".seal") and not is_sealed(s.custom_metadata))}  # nor an envelope in the clear
 
 
 def test_kill_9_during_copies_then_restart(upstream, tmp_path, unique_name):

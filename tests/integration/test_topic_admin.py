@@ -266,8 +266,9 @@ def test_describe_shows_both_tiers(setup, unique_name):
     assert lines[0].split()[:6] == ["TOPIC", "PARTITION", "Rx", "Ry", "Lx", "Lz"]
     rows = {int(line.split()[1]): line.split() for line in lines[1:]}
     for p in range(PARTITIONS):
-        _, _, rx, ry, lx, lz, count, size, _lag, lost, diverged, owner, state, policy, epoch = rows[p]
+        _, _, rx, ry, lx, lz, count, size, stored, _lag, lost, diverged, owner, state, policy, epoch = rows[p]
         assert (int(rx), int(count), int(size)) == (0, len(segments[p]), sum(s.segment_size_bytes for s in segments[p]))
+        assert int(stored) == int(size)  # in the clear in a local folder: the data, as it is stored
         assert int(lost) == int(diverged) == 0
         assert int(ry) >= segments[p][-1].end_offset
         assert int(lx) == 0
