@@ -399,30 +399,7 @@ def tier_backlog(broker_bootstrap: str, work: Path, mode: Mode, data_dir: Path, 
 # --- figures -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Figures:
-    values: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def median(self) -> float | None:
-        return statistics.median(self.values) if self.values else None
-
-    def cell(self, spec: str = ".1f") -> str:
-        if not self.values:
-            return "FAILED"
-        spread = f" [{min(self.values):{spec}}-{max(self.values):{spec}}]" if len(self.values) > 1 else ""
-        return f"{self.median():{spec}}{spread}"
-
-
-def attempt(figures: Figures, what: str, measure: Callable[[], float]) -> str:
-    """One measurement into ``figures``; a failure is recorded, not raised (the others go on)."""
-    try:
-        value = measure()
-    except Exception as e:  # noqa: BLE001 - the table says what failed
-        figures.errors.append(f"{what}: {type(e).__name__}: {str(e)[:300]}")
-        return f"{what} FAILED"
-    figures.values.append(value)
-    return f"{what} {value:.1f}"
+Figures, attempt = native.Figures, native.attempt
 
 
 READS = ("1 consumer", "N consumers", "raw Fetch loop")

@@ -17,6 +17,7 @@ its S3 server takes a gateway of its own (``seaweedfs.gateway()``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -60,11 +61,12 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _start(args: list[str], log: Path, ready: Any, what: str) -> subprocess.Popen:
-    """``args`` in a process group of its own (stopped at exit if nobody stops it), once ``ready()``."""
+def _start(args: list[str], log: Path, ready: Any, what: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``args`` in a process group of its own (stopped at exit if nobody stops it), once ``ready()``;
+    ``env``: more environment for it."""
     with open(log, "ab") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, env={**os.environ, **(env or {})})
     track_process(process)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
@@ -143,8 +145,9 @@ class S3Gateway:
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self) -> None:
-        self.config.write_text(json.dumps({"identities": [{
+    def gateway_config(self) -> dict[str, Any]:
+        """Its ``-config``: the identities (a gateway that encrypts adds a ``kms`` block)."""
+        return {"identities": [{
             "name": "tests",
             "credentials": [{"accessKey": DUMMY_CREDENTIALS["aws_access_key_id"],
                              "secretKey": DUMMY_CREDENTIALS["aws_secret_access_key"]}],
@@ -154,7 +157,14 @@ class S3Gateway:
             "credentials": [{"accessKey": READ_ONLY_CREDENTIALS["aws_access_key_id"],
                              "secretKey": READ_ONLY_CREDENTIALS["aws_secret_access_key"]}],
             "actions": ["Read", "List"],
-        }]}))
+        }]}
+
+    def environment(self) -> dict[str, str]:
+        """More environment for ``weed s3`` (a gateway that encrypts takes its SSE-S3 key there)."""
+        return {}
+
+    def start(self) -> None:
+        self.config.write_text(json.dumps(self.gateway_config()))
         client = s3_client(self.endpoint)
 
         def answers() -> bool:
@@ -168,7 +178,7 @@ class S3Gateway:
             weed_binary(), "s3", f"-filer={HOST}:{self.store.filer_port}.{self.store.filer_grpc_port}",
             f"-ip={HOST}", f"-ip.bind={HOST}", f"-port={self.port}", f"-port.grpc={self.grpc_port}",
             "-port.iceberg=0", "-port.lance=0", f"-config={self.config}",
-        ], self.log, answers, f"SeaweedFS's S3 gateway on port {self.port}")
+        ], self.log, answers, f"SeaweedFS's S3 gateway on port {self.port}", self.environment())
 
     def stop(self) -> None:
         """Connections to the endpoint are refused from now on; the objects stay in the store."""

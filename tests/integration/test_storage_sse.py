@@ -11,7 +11,6 @@ tests/UPSTREAMS.md says what SeaweedFS supports.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -21,14 +20,11 @@ import pytest
 
 from tests.integration.s3_server import (
     DUMMY_CREDENTIALS,
-    HOST,
     REGION,
     S3Gateway,
     SeaweedFS,
-    _start,
     new_bucket,
     s3_client,
-    weed_binary,
 )
 from tests.integration.test_storage_s3 import all_keys
 from tests.unit.test_storage_local import expected_index, segment_data, segment_metadata
@@ -52,36 +48,18 @@ PART = 5 * MiB  # multipart threshold and part size of every store here: S3's sm
 class EncryptingGateway(S3Gateway):
     """``weed s3`` over a :class:`SeaweedFS` that can encrypt: SSE-S3 with a key of the tests' (from
     its environment) and SSE-KMS with SeaweedFS's local KMS (a ``kms`` block in its ``-config``).
-    Started as :meth:`S3Gateway.start` starts the stock one, with the test identity only."""
+    Started as :meth:`S3Gateway.start` starts the stock one."""
 
     def __init__(self, store: SeaweedFS) -> None:
         super().__init__(store, 0)
         self.log = store.folder / f"s3-gateway-encrypting-{self.port}.log"
         self.config = store.folder / f"s3-encrypting-{self.port}.json"
 
-    def start(self) -> None:
-        self.config.write_text(json.dumps({"identities": [{
-            "name": "tests",
-            "credentials": [{"accessKey": DUMMY_CREDENTIALS["aws_access_key_id"],
-                             "secretKey": DUMMY_CREDENTIALS["aws_secret_access_key"]}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }], "kms": LOCAL_KMS}))
-        client = s3_client(self.endpoint)
+    def gateway_config(self) -> dict[str, Any]:
+        return {**super().gateway_config(), "kms": LOCAL_KMS}
 
-        def answers() -> bool:
-            try:
-                client.list_buckets()
-                return True
-            except Exception:
-                return False
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("WEED_S3_SSE_KEY", SSE_S3_SECRET)  # the process inherits it
-            self.process = _start([
-                weed_binary(), "s3", f"-filer={HOST}:{self.store.filer_port}.{self.store.filer_grpc_port}",
-                f"-ip={HOST}", f"-ip.bind={HOST}", f"-port={self.port}", f"-port.grpc={self.grpc_port}",
-                "-port.iceberg=0", "-port.lance=0", f"-config={self.config}",
-            ], self.log, answers, f"SeaweedFS's encrypting S3 gateway on port {self.port}")
+    def environment(self) -> dict[str, str]:
+        return {"WEED_S3_SSE_KEY": SSE_S3_SECRET}
 
 
 @pytest.fixture(scope="module")
