@@ -17,6 +17,7 @@ from the manifests, the segments by ranged GETs.
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,6 +28,8 @@ from tiering.config import require_uri
 from tiering.metadata.bucket_store import BucketIndexStore
 from tiering.metadata.remote_tier_record import canonical_storage_uri
 from tiering.model import TopicIdPartition
+from tiering.storage.api import RemoteStorageError
+from tiering.storage.key_maintenance import check_keys
 from tiering.storage.object_layout import ObjectStorage
 from tiering.storage.uri import (
     S3_ACCESS_KEY_ID_CONFIG,
@@ -37,6 +40,8 @@ from tiering.storage.uri import (
     S3_SECRET_ACCESS_KEY_CONFIG,
     storage_from_uri,
 )
+
+log = logging.getLogger(__name__)
 
 ARCHIVED_TOPICS_CONFIG = "proxy.archived.topics"
 ARCHIVE_REFRESH_CONFIG = "proxy.archived.topics.refresh.interval.ms"
@@ -141,6 +146,13 @@ class Archive:
         if not isinstance(storage, ObjectStorage):
             storage.close()
             raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: this storage keeps no manifests")
+        try:
+            check_keys(storage, writes=False)
+        except ValueError as e:
+            storage.close()
+            raise ValueError(f"{READ_REPLICA_STORAGE_CONFIG}: {e}") from None
+        except RemoteStorageError as e:  # checked when read instead
+            log.warning("could not check the key ring against the read replica's remote tier: %s", e)
         interval = int(str(props.get(READ_REPLICA_REFRESH_CONFIG) or DEFAULT_READ_REPLICA_REFRESH_MS))
         return cls(storage, names, interval, cluster_topics, local_names=local_names,
                    replica_of=canonical_storage_uri(uri), setting=READ_REPLICA_REFRESH_CONFIG)

@@ -81,3 +81,20 @@ def test_the_active_key_cannot_be_removed(tmp_path: Path, capsys: pytest.Capture
     assert "k1 is the active key" in capsys.readouterr().err
     assert main(["keys", "generate", "--key-id", "next"]) == 0
     assert capsys.readouterr().out.startswith("-----BEGIN TIERED STORAGE KEY-----\nKey-Id: next\n\n")
+
+
+def test_a_read_replica_checks_the_ring_and_writes_nothing(tmp_path: Path) -> None:
+    """A read replica's bucket (another cluster's, read-only) is checked against this proxy's ring,
+    and gets no check object of this proxy's active key."""
+    remote = tmp_path / "remote"
+    check_keys(sealed_store(remote, ring(tmp_path, "theirs"), key_id="theirs"))  # the other cluster's proxy
+    mine = ring(tmp_path, "mine", name="mine.pem")
+    with mine.open("a") as f:
+        f.write((tmp_path / "ring.pem").read_text())  # their key added to this proxy's ring
+    check_keys(sealed_store(remote, mine, key_id="mine"), writes=False)
+    assert sorted(p.name for p in (remote / "_keys").iterdir()) == ["theirs.check"]
+    with pytest.raises(ValueError, match="holds data encrypted under keys theirs"):
+        check_keys(sealed_store(remote, None, compression="none"), writes=False)
+    with pytest.raises(ValueError, match="is not the key theirs"):
+        check_keys(sealed_store(remote, ring(tmp_path, "mine", "theirs", name="wrong.pem"), key_id="mine"),
+                   writes=False)

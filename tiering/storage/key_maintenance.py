@@ -41,10 +41,11 @@ _ZERO_KEY = bytes(32)
 _THREADS = 8
 
 
-def check_keys(storage: ObjectStorage) -> None:
+def check_keys(storage: ObjectStorage, *, writes: bool = True) -> None:
     """Refuses (ValueError) a key ring that does not match the bucket's, or a bucket holding
-    encrypted data with no key ring configured; writes the active key's check object if it is
-    the first time this key encrypts here, and reads it back."""
+    encrypted data with no key ring configured. A store this proxy ``writes`` gets the active
+    key's check object the first time this key encrypts there, read back; a read replica's only
+    has its checks read."""
     names, _ = storage.list_directory(KEYS_DIRECTORY)
     known = sorted(name[:-len(".check")] for name in names if name.endswith(".check"))
     keys = storage.at_rest.keys
@@ -56,7 +57,7 @@ def check_keys(storage: ObjectStorage) -> None:
     for key_id in known:
         if key_id in keys.key_ids():
             _verify(storage, key_id)
-    if keys.active_key_id not in known:
+    if writes and keys.active_key_id not in known:
         storage._put(storage.key(_check_name(keys.active_key_id)), keys.wrap(_ZERO_KEY, _CHECK_CONTEXT))
         _verify(storage, keys.active_key_id)  # what was written reads back
 
