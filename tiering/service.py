@@ -31,6 +31,7 @@ from tiering.metadata.manifests import DEFAULT_MANIFEST_INTERVAL_MS, MANIFEST_IN
 from tiering.metadata.remote_tier_record import check_remote_tier
 from tiering.metadata.uri import metadata_from_uri
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
+from tiering.storage.at_rest import AtRestConfigError
 from tiering.storage.key_maintenance import check_keys
 from tiering.storage.local_folder import LocalFolderStorage
 from tiering.storage.object_layout import ObjectStorage
@@ -116,6 +117,8 @@ def open_locations(bootstrap_servers: str, props: Mapping[str, object], security
     except OSError as e:
         root = Path(urllib.parse.unquote(urllib.parse.urlsplit(storage_uri).path))
         raise _setting_error(STORAGE_URI_CONFIG, storage_uri, root, "create or write the folder", e) from None
+    except AtRestConfigError:
+        raise  # names its own keys
     except ValueError as e:
         raise ValueError(f"--remote ({STORAGE_URI_CONFIG}): {e}") from None
     try:

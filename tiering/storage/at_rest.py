@@ -47,6 +47,11 @@ _SAMPLED_BATCHES = 256
 _PLAIN = WrappedKey("", b"")
 
 
+class AtRestConfigError(ValueError):
+    """A ``remote.log.storage.compression.*`` or ``.encryption.*`` setting that cannot work; the
+    message names the key."""
+
+
 class IntegrityError(RemoteStorageError):
     """A stored object is not what was written (altered, truncated, or under a key that is not the
     one that wrapped it): nothing of it is served."""
@@ -75,9 +80,19 @@ class AtRest:
 
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> AtRest:
-        return cls(keys_from_config(config), str(config.get(COMPRESSION_TYPE_CONFIG) or "none"),
-                   chunk_size=int(str(config.get(CHUNK_SIZE_CONFIG) or 1 << 20)),
-                   zstd_level=int(str(config.get(ZSTD_LEVEL_CONFIG) or DEFAULT_ZSTD_LEVEL)))
+        numbers = {}
+        for key, default in ((ZSTD_LEVEL_CONFIG, DEFAULT_ZSTD_LEVEL), (CHUNK_SIZE_CONFIG, 1 << 20)):
+            try:
+                numbers[key] = int(str(config.get(key) or default))
+            except ValueError:
+                raise AtRestConfigError(f"{key} must be an integer, got {config.get(key)!r}") from None
+        try:
+            return cls(keys_from_config(config), str(config.get(COMPRESSION_TYPE_CONFIG) or "none"),
+                       chunk_size=numbers[CHUNK_SIZE_CONFIG], zstd_level=numbers[ZSTD_LEVEL_CONFIG])
+        except AtRestConfigError:
+            raise
+        except ValueError as e:
+            raise AtRestConfigError(str(e)) from None
 
     def compression_of(self, topic: str) -> str:
         chosen = self.topic_compression(topic) or self.compression
