@@ -77,7 +77,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.bench import kafka_native as native
@@ -220,16 +220,8 @@ def read_one(bootstrap: str, topic: str, expected: int) -> None:
         print("ready", flush=True)
         if sys.stdin.readline().strip() != "go":
             return
-        got = size = 0
         started = time.monotonic()
-        while got < expected and time.monotonic() - started < READ_TIMEOUT_S:
-            for m in consumer.consume(min(10_000, expected - got), 0.5):
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(m.error())
-                    continue
-                got += 1
-                size += len(m.value())
+        got, size = native.drain(consumer, expected, READ_TIMEOUT_S)
         ended = time.monotonic()
     finally:
         consumer.close()

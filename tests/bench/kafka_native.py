@@ -324,21 +324,30 @@ def first_record_ms(bootstrap: str, topic: str, timeout: float = 60) -> float:
     raise TimeoutError(f"no record of {topic} at {bootstrap} within {timeout:.0f} s")
 
 
+def drain(consumer: Consumer, expected: int, timeout: float) -> tuple[int, int]:
+    """Consumes up to ``expected`` records within ``timeout`` seconds: (records, payload bytes).
+    Never asks for more than is left: consume() would wait its whole timeout for a batch it
+    cannot fill."""
+    got = size = 0
+    deadline = time.perf_counter() + timeout
+    while got < expected and time.perf_counter() < deadline:
+        for m in consumer.consume(min(10_000, expected - got), 0.5):
+            if m.error() is not None:
+                if m.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(m.error())
+                continue
+            got += 1
+            size += len(m.value())
+    return got, size
+
+
 def backfill_mb_per_s(bootstrap: str, topic: str, expected: int, timeout: float = 300) -> float:
     """One confluent-kafka consumer reads every record from offset 0: payload MB/s."""
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got = size = 0
     started = time.perf_counter()
     try:
-        while got < expected and time.perf_counter() - started < timeout:
-            for m in consumer.consume(min(10_000, expected - got), 0.5):
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(m.error())
-                    continue
-                got += 1
-                size += len(m.value())
+        got, size = drain(consumer, expected, timeout)
         seconds = time.perf_counter() - started
     finally:
         consumer.close()
