@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.cpu_sets import pin_tree
+from tests.kafka_cluster import restartable_ports
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range: a port the kernel handed out as free can be taken by
+    any outgoing connection (the proxy's own, to the brokers) before the proxy binds it; seen in CI."""
+    return restartable_ports(1)[0]
 
 
 def broker_node_ids(bootstrap: str) -> list[int]:
@@ -66,10 +66,28 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
                 port: int | None = None, cpus: frozenset[int] | None = None) -> ProxyProcess:
     """Start ``tiered-proxy serve`` on free loopback ports; node ports are mapped explicitly. ``source``:
     run the proxy of another checkout (a benchmark's baseline) instead of this one. ``cpus``: pin it,
-    every thread, to these CPUs once it listens (benchmarks: tests/cpu_sets.py)."""
+    every thread, to these CPUs once it listens (benchmarks: tests/cpu_sets.py). A port chosen here
+    and taken by another process before the proxy bound it is chosen afresh, once."""
+    nodes = node_ids or broker_node_ids(upstream_bootstrap)
+    for attempt in (1, 2):
+        try:
+            return _start_once(upstream_bootstrap, work_dir, extra_args, timeout, scheme, nodes, source,
+                               port or free_port(), cpus)
+        except _PortTaken:
+            if attempt == 2 or port is not None:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _start_once(upstream_bootstrap: str, work_dir: Path, extra_args: tuple[str, ...], timeout: float,
+                scheme: str, node_ids: list[int], source: Path | None, port: int,
+                cpus: frozenset[int] | None) -> ProxyProcess:
     work_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    node_ports = {node: free_port() for node in (node_ids or broker_node_ids(upstream_bootstrap))}
+    node_ports = {node: free_port() for node in node_ids}
     mapping = ",".join(f"{n}:{p}" for n, p in node_ports.items())
     log_path = work_dir / f"proxy-{port}.log"
     cmd = [
@@ -89,7 +107,10 @@ def start_proxy(upstream_bootstrap: str, work_dir: Path, *extra_args: str, timeo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"proxy exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            log = log_path.read_text()
+            taken = [p for p in (port, *node_ports.values()) if f"127.0.0.1:{p}" in log]
+            error = _PortTaken if "Address already in use" in log and taken else RuntimeError
+            raise error(f"proxy exited with {process.returncode}:\n{log[-3000:]}")
         if b"proxy listening on" in log_path.read_bytes():
             if cpus is not None:
                 pin_tree(process.pid, cpus)
