@@ -47,6 +47,7 @@ _LENGTH = struct.Struct(">i")
 
 EARLIEST = -2
 LATEST = -1
+EARLIEST_PENDING_UPLOAD = -6  # KIP-1023, ListOffsets v11
 
 
 class BrokerClientError(Exception):
@@ -394,11 +395,15 @@ class BrokerClient:
 
     def list_offset(self, leader: int, topic: str, partition: int, timestamp: int,
                     read_committed: bool = False) -> tuple[int, int]:
-        """(error code, offset) for EARLIEST (-2), LATEST (-1) or a timestamp."""
+        """(error code, offset) for EARLIEST (-2), LATEST (-1) or a timestamp; EARLIEST_PENDING_UPLOAD
+        (-6) is asked at ListOffsets v11, the first that takes it."""
         body = {"replica_id": -1, "isolation_level": 1 if read_committed else 0, "timeout_ms": 0,
                 "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
                                                            "timestamp": timestamp, "max_num_offsets": 1}]}]}
-        response, _ = self._call(self._node(leader), LIST_OFFSETS, body)
+        if timestamp == EARLIEST_PENDING_UPLOAD:
+            response = self.request(leader, LIST_OFFSETS, 11, body)
+        else:
+            response, _ = self._call(self._node(leader), LIST_OFFSETS, body)
         p = response["topics"][0]["partitions"][0]
         return p["error_code"], p.get("offset", -1)
 

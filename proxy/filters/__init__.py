@@ -13,7 +13,8 @@ back through the response hooks they registered in the reverse order:
    and another cluster's, from its remote tier (a read replica). With ``proxy.archived.topics`` or
    ``proxy.read.replica.remote.log.storage.uri``. Then ``archived-group-offsets``: consumer groups'
    offsets in them, kept in the metadata store.
-6. ``tiered-reads``: Fetch, ListOffsets and OffsetForLeaderEpoch across both tiers. With tiering.
+6. ``tiered-reads``: Fetch across both tiers; then ``tiered-offsets``: ListOffsets and
+   OffsetForLeaderEpoch across both tiers. With tiering.
 7. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
    DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
 
@@ -31,6 +32,7 @@ from proxy.filters.archived_offsets import ArchivedGroupOffsets
 from proxy.filters.archived_topics import ArchivedTopics
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
+from proxy.filters.tiered_offsets import TieredOffsets
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
 from proxy.filters.validation import RequestValidation
@@ -52,5 +54,6 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
         if sources:
             chain += [ArchivedTopics(sources, reads.not_available_code, reads.by_topic),
                       ArchivedGroupOffsets(sources, tiering.metadata)]
-        chain += [reads, TopicAdmin(config, tiering, reads.reader)]
+        chain += [reads, TieredOffsets(tiering, reads.reader, reads.limiter, reads.tiered_by),
+                  TopicAdmin(config, tiering, reads.reader)]
     return chain

@@ -9,7 +9,7 @@ from the remote tier.
   place) and answered from the remote tier, within the request's ``max_bytes`` and the remote fetch
   buffer. Past the end (``Ry + 1``) a partition answers no records; a request of archived
   partitions alone then waits its ``max_wait_ms``, as a broker holds a fetch with nothing new.
-- **ListOffsets** (-1 and -4 are ``Ry + 1``: there is no local log; -2 ``Rx``; -5 ``Ry``; -3 and
+- **ListOffsets** (-1, -4 and -6 are ``Ry + 1``: there is no local log; -2 ``Rx``; -5 ``Ry``; -3 and
   timestamps from the remote time indexes) and **OffsetForLeaderEpoch** come from the remote tier.
 - **Produce** to them is refused with TOPIC_AUTHORIZATION_FAILED, which clients do not retry, and
   a message saying why; config changes with UNKNOWN_TOPIC_OR_PARTITION (as Kafka answers for a
@@ -56,7 +56,7 @@ from tiering.status import segment_tags
 
 log = logging.getLogger(__name__)
 
-_EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3, -4, -5
+_EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED, _EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5, -6
 _LONGEST_IDLE_WAIT_S = 30.0
 _TOPIC_RESOURCE = 2  # ConfigResource type TOPIC  # a client's max_wait_ms above this is not honoured in full
 
@@ -413,8 +413,8 @@ async def _list_offset(source: ArchiveSource, tp: TopicIdPartition | None, asked
     end = ry + 1 if ry is not None else 0
     timestamp = asked["timestamp"]
     found: tuple[int, int] | None = None
-    if timestamp in (_LATEST, _EARLIEST_LOCAL):
-        found = (end, -1)  # no local log: it would start where the remote tier ends
+    if timestamp in (_LATEST, _EARLIEST_LOCAL, _EARLIEST_PENDING_UPLOAD):
+        found = (end, -1)  # no local log: it would start where the remote tier ends, and nothing pends
     elif timestamp == _EARLIEST:
         found = (rx if rx is not None else end, -1)
     elif timestamp == _LATEST_TIERED:

@@ -1,4 +1,4 @@
-"""Fetch and ListOffsets across both tiers.
+"""Fetch across both tiers (ListOffsets and OffsetForLeaderEpoch: ``proxy/filters/tiered_offsets.py``).
 
 Fetch: the request goes to the broker (which also checks the client may read the partition);
 for a partition the broker answers OFFSET_OUT_OF_RANGE at an offset ``o`` with ``Rx <= o <= Ry``
@@ -32,16 +32,6 @@ Fetch sessions (KIP-227) end at the proxy, in the filter before this one
 fetch, so this filter sees every partition's fetch offset on every request. Clients may use Fetch
 up to v18: topic names up to v12, topic ids from v13 (looked up among the tiered partitions' ids,
 which come from the brokers' Metadata).
-
-ListOffsets (offered up to v10 whatever the broker supports; requests are translated to the
-broker's version): EARLIEST (-2) answers ``Rx`` when anything is tiered, EARLIEST_LOCAL (-4) the
-broker's log start ``Lx`` (the broker is asked EARLIEST), LATEST_TIERED (-5) ``Ry`` or -1, and
-MAX_TIMESTAMP (-3) and timestamps are looked up in the remote time indexes first. A topic the
-brokers hold (``tiering.topic_owner``) gets their own -4 and -5 where their version takes them,
-and no remote-preferred routing: only what the proxy copied below their log start is its to serve.
-
-OffsetForLeaderEpoch: where the broker no longer knows an epoch (its log start passed it), the
-remote segments' leader-epoch data answers.
 """
 
 from __future__ import annotations
@@ -52,7 +42,7 @@ from typing import Any
 
 import trio
 
-from protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from protocol.apis import FETCH
 from protocol.errors import ErrorCode
 from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
@@ -60,19 +50,12 @@ from proxy.partition_reads import EarlyReads, FetchReads, PartitionKey, ReadEntr
 from proxy.topic_counters import TopicCounters
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import TopicIdPartition
-from tiering.read.reader import RemoteReader, earliest_offset
+from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
-# ListOffsets' special timestamps.
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4  # the brokers' log start, Lx
-LATEST_TIERED = -5  # the last tiered offset, Ry
-LIST_OFFSETS_MAX_VERSION = 10  # offered whatever the broker supports: the proxy answers -4 and -5
 # v13+ name topics by id; v16 adds NodeEndpoints, which the address-rewriting filter re-addresses
 # in every Fetch answer (its hook runs on the answers this filter rewrites too); v17-18 add tagged
 # request fields for replicas only.
@@ -87,13 +70,6 @@ _PREFERRED_BROKER_WAIT_MS = 1
 TIERED_STORAGE_NOT_AVAILABLE_CODE = ErrorCode.KAFKA_STORAGE_ERROR
 
 
-def list_offsets_upstream_version(version: int, broker: tuple[int, int]) -> int:
-    """The version a ListOffsets at ``version`` asks the broker at: the nearest the broker offers
-    (translated both ways; decoding fills the fields a version lacks with their defaults)."""
-    low, high = broker
-    return max(low, min(version, high))
-
-
 def _int(props: Mapping[str, str], key: str, default: int) -> int:
     value = props.get(key)
     return int(value) if value not in (None, "") else default
@@ -101,9 +77,8 @@ def _int(props: Mapping[str, str], key: str, default: int) -> int:
 
 class TieredReads(Filter):
     name = "tiered-reads"
-    apis = frozenset({FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH})
+    apis = frozenset({FETCH})
     version_caps = {FETCH: FETCH_MAX_VERSION}
-    version_overrides = {LIST_OFFSETS: (1, LIST_OFFSETS_MAX_VERSION)}
 
     def __init__(self, tiering: TieringService, props: Mapping[str, str]) -> None:
         self.tiering = tiering
@@ -134,12 +109,7 @@ class TieredReads(Filter):
                                                  TIERED_STORAGE_NOT_AVAILABLE_CODE))
 
     async def on_request(self, ctx: RequestContext) -> Answer | None:
-        if ctx.api.key == FETCH:
-            self.on_fetch(ctx)
-        elif ctx.api.key == LIST_OFFSETS:
-            self.on_list_offsets(ctx)
-        else:
-            self.on_offset_for_leader_epoch(ctx)
+        self.on_fetch(ctx)
         return None
 
     def start(self, core: Core) -> None:
@@ -174,7 +144,7 @@ class TieredReads(Filter):
         log.info("tiered reads: %s", self.stats())
         self.reader.close()
 
-    def _tiered_by(self, topic_field: str) -> dict[PartitionKey, TopicIdPartition]:
+    def tiered_by(self, topic_field: str) -> dict[PartitionKey, TopicIdPartition]:
         """Tiered partitions keyed as a Fetch of this version names them: by topic name, or
         (v13+) by topic id. Zero topic ids (noida-db) name no topic: such fetches pass through.
         Built once per change of the metadata (whose readable list stays the same object until
@@ -200,7 +170,7 @@ class TieredReads(Filter):
         if replica >= 0:
             return  # replication traffic is the brokers' business
         topic_field = "topic_id" if version >= 13 else "topic"
-        tiered = self._tiered_by(topic_field)
+        tiered = self.tiered_by(topic_field)
         manager = self.tiering.manager
         wanted: dict[PartitionKey, tuple[TopicIdPartition, int, int]] = {}
         # The remote tier's to serve, read as the request goes on, and the offset the broker is
@@ -391,109 +361,3 @@ class TieredReads(Filter):
             return False
         p["aborted_transactions"] = kept
         return True
-
-    # --- ListOffsets -----------------------------------------------------------------------------
-
-    def on_list_offsets(self, ctx: RequestContext) -> None:
-        version = ctx.version
-        if version < 1:
-            return
-        request = ctx.request.body
-        upstream_version = list_offsets_upstream_version(version, ctx.broker_versions.get(LIST_OFFSETS, (0, 0)))
-        tiered = self._tiered_by("topic")
-        # What the broker answers itself at this version: for a topic it tiers, -4 and -5 are its own.
-        brokers_answer = {EARLIEST_LOCAL, LATEST_TIERED} if upstream_version >= 9 else {EARLIEST_LOCAL} \
-            if upstream_version == 8 else set()
-        asked: dict[tuple[str, int], int] = {}
-        for t in request["topics"]:
-            for p in t["partitions"]:
-                key, timestamp = (t["name"], p["partition_index"]), p["timestamp"]
-                if timestamp in brokers_answer and t["name"] in self.tiering.manager.brokers_hold:
-                    continue
-                if key in tiered or timestamp in (EARLIEST_LOCAL, LATEST_TIERED):
-                    asked[key] = timestamp
-                # The broker is asked what it can answer; the proxy fills in the rest.
-                if timestamp == EARLIEST_LOCAL:
-                    p["timestamp"] = EARLIEST
-                elif timestamp == LATEST_TIERED:
-                    p["timestamp"] = LATEST
-        if not asked and upstream_version == version:
-            return
-        if upstream_version != version:
-            ctx.send_as(upstream_version)
-        if any(t in (EARLIEST_LOCAL, LATEST_TIERED) for t in asked.values()):
-            ctx.request.changed()
-        if not asked:
-            return
-
-        async def rewrite(ctx: RequestContext, response: Message) -> None:
-            changed = False
-            for t in response.body["topics"]:
-                for p in t["partitions"]:
-                    key = (t["name"], p["partition_index"])
-                    if key in asked and p["error_code"] == ErrorCode.NONE:
-                        changed |= await self._answer_offset(tiered.get(key), asked[key], p)
-            if changed:
-                response.changed()
-
-        ctx.on_response(rewrite)
-
-    async def _answer_offset(self, tp: TopicIdPartition | None, timestamp: int, p: dict[str, Any]) -> bool:
-        """Fill one partition's ListOffsets answer from both tiers; True if it changed. The
-        broker was asked EARLIEST for EARLIEST_LOCAL and LATEST for LATEST_TIERED."""
-        if timestamp == EARLIEST_LOCAL:
-            return True  # the broker's log start is Lx
-        if timestamp == LATEST_TIERED:
-            ry = self.reader.log_end(tp) if tp is not None else None
-            p["offset"], p["timestamp"] = (ry, -1) if ry is not None else (-1, -1)
-            p["leader_epoch"] = self.reader.leader_epoch_of(tp, ry) if tp is not None and ry is not None else -1
-            return True
-        if tp is None:
-            return False
-        if timestamp == EARLIEST:
-            rx = self.reader.log_start(tp)
-            if rx is None or earliest_offset(rx, p["offset"]) == p["offset"]:
-                return False  # the brokers' log start stands
-            p["offset"], p["timestamp"], p["leader_epoch"] = rx, -1, self.reader.leader_epoch_of(tp, rx)
-            return True
-        if timestamp == MAX_TIMESTAMP:
-            remote_max = self.reader.max_timestamp(tp)
-            if remote_max is None or remote_max < p["timestamp"]:
-                return False
-            timestamp = remote_max  # the first record carrying it, which is in the remote tier
-        elif timestamp < 0:
-            return False
-        found = await trio.to_thread.run_sync(self.reader.offset_for_timestamp, tp, timestamp, limiter=self.limiter)
-        if found is None or not (p["offset"] < 0 or found[0] < p["offset"]):
-            return False
-        p["offset"], p["timestamp"] = found
-        p["leader_epoch"] = self.reader.leader_epoch_of(tp, found[0])
-        return True
-
-    # --- OffsetForLeaderEpoch --------------------------------------------------------------------
-
-    def on_offset_for_leader_epoch(self, ctx: RequestContext) -> None:
-        """Clients validate their position with the leader epoch of the last record they read. A
-        broker whose log start has passed an epoch no longer knows it (it answers an undefined
-        end offset); the remote tier's leader-epoch data answers instead."""
-        request = ctx.request.body
-        if request.get("replica_id", -1) >= 0:
-            return
-        tiered = self._tiered_by("topic")
-        asked = {(t["topic"], p["partition"]): p["leader_epoch"]
-                 for t in request["topics"] for p in t["partitions"] if (t["topic"], p["partition"]) in tiered}
-        if not asked:
-            return
-
-        async def rewrite(ctx: RequestContext, response: Message) -> None:
-            for t in response.body["topics"]:
-                for p in t["partitions"]:
-                    key = (t["topic"], p["partition"])
-                    if key not in asked or p["error_code"] != ErrorCode.NONE or p["end_offset"] >= 0:
-                        continue
-                    found = self.reader.end_offset_for_epoch(tiered[key], asked[key])
-                    if found is not None:
-                        p["leader_epoch"], p["end_offset"] = found
-                        response.changed()
-
-        ctx.on_response(rewrite)

@@ -25,7 +25,7 @@ from tests.tiering_checks import create_topic, leader_offsets, message_number, p
 from tiering.broker_client import EARLIEST, LATEST
 from tiering.metadata.view import load_metadata
 
-EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
 PARTITIONS = 2
 SEGMENT_BYTES = str(32 * 1024)
 INVALID_CONFIG = 40
@@ -133,6 +133,11 @@ def test_a_topic_the_brokers_tier_is_theirs(native: KafkaCluster, tier_all: bool
         leader_offsets(native.bootstrap, topic, EARLIEST_LOCAL)
     assert leader_offsets(proxy.bootstrap, topic, LATEST_TIERED) == \
         leader_offsets(native.bootstrap, topic, LATEST_TIERED)
+    # -6 (KIP-1023) is the broker's too; a broker before ListOffsets v11 (3.9) is asked its -5.
+    pending = leader_offsets(native.bootstrap, topic, EARLIEST_PENDING_UPLOAD) if native.version >= "4.4" else \
+        {p: o + 1 for p, o in leader_offsets(native.bootstrap, topic, LATEST_TIERED).items()}
+    assert leader_offsets(proxy.bootstrap, topic, EARLIEST_PENDING_UPLOAD) == pending
+    assert all(o > 0 for o in pending.values()), pending
     assert proxy.log_text().count(f"topic {topic} is tiered by the brokers") == 1, proxy.log_text()[-3000:]
     rows = describe(proxy.bootstrap, topic)
     assert [(r.tiered_by, r.state) for r in rows] == [("brokers", "-")] * PARTITIONS

@@ -24,6 +24,7 @@ from protocol.apis import API_VERSIONS, FETCH, SHARE_ACKNOWLEDGE, SHARE_FETCH, a
 from protocol.errors import ErrorCode
 from protocol.headers import decode_request_header
 from protocol.records import Record, build_batch
+from proxy.filters.tiered_offsets import TieredOffsets
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
 from tests.api_matrix import offered_with_tiering
@@ -243,6 +244,7 @@ def test_no_filter_mixes_remote_records_into_share_answers():
     check, only address rewriting sees ShareFetch and ShareAcknowledge."""
     from proxy.filters import AddressRewriting, FetchSessions, PrometheusMetrics, RequestValidation
 
-    filters = (PrometheusMetrics, RequestValidation, AddressRewriting, FetchSessions, TieredReads, TopicAdmin)
+    filters = (PrometheusMetrics, RequestValidation, AddressRewriting, FetchSessions, TieredReads, TieredOffsets,
+               TopicAdmin)
     for api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
         assert {f.name for f in filters if api_key in f.apis} == {"request-validation", "address-rewriting"}

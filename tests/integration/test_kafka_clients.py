@@ -31,7 +31,7 @@ from proxy.describe import PartitionRow, describe
 from proxy.segments import load_segments
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, start_proxy
-from tests.tiering_checks import wait_until
+from tests.tiering_checks import leader_offsets, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -269,6 +269,49 @@ def test_java_console_consumer_reads_the_whole_history_through_the_proxy(kafka: 
     assert problem is None, f"{problem}\n{tool_output(done)}\n{tiered.proxy_log()}"
     # More than half of them only the remote tier holds.
     assert sum(1 for (p, o), _ in rows if o < tiered.log_start[p]) == sum(tiered.log_start.values()) > TOTAL // 2
+
+
+def _get_offsets(kafka: KafkaCluster, bootstrap: str, topic: str, time_spec: int) -> dict[int, int]:
+    """partition -> offset as Kafka's kafka-get-offsets.sh (GetOffsetShell, through Java's AdminClient
+    and its OffsetSpec) prints them for ``--time time_spec``."""
+    done = kafka.run_tool("get-offsets", "--bootstrap-server", bootstrap, "--topic", topic, "--time", time_spec,
+                          timeout=60)
+    assert done.returncode == 0, tool_output(done)
+    found = {}
+    for line in done.stdout.split():
+        name, partition, offset = line.rsplit(":", 2)
+        assert name == topic, done.stdout
+        found[int(partition)] = int(offset) if offset else -1
+    return found
+
+
+def test_kafka_get_offsets_answers_every_tiered_spec_through_the_proxy(kafka: KafkaCluster, tiered: Tiered):
+    """kafka-get-offsets.sh --time -2, -4, -5 and -6 (EARLIEST_PENDING_UPLOAD, KIP-1023: OffsetSpec.
+    earliestPendingUpload(), ListOffsets v11) through the proxy: the remote log start, the brokers'
+    log start, the last tiered offset and the first offset not tiered yet."""
+    bootstrap = tiered.proxy.bootstrap
+    assert _get_offsets(kafka, bootstrap, tiered.topic, -2) == dict.fromkeys(range(PARTITIONS), 0)
+    seen: dict[int, dict[int, int]] = {}
+
+    def settled() -> bool:  # the copier may tier a segment between two questions: asked until still
+        for spec in (-5, -6, -4):
+            seen[spec] = _get_offsets(kafka, bootstrap, tiered.topic, spec)
+        return seen[-5] == _get_offsets(kafka, bootstrap, tiered.topic, -5)
+
+    assert wait_until(settled, 60, interval=1), seen
+    local_start = list_offsets(kafka.bootstrap, tiered.topic, PARTITIONS, "EARLIEST")
+    assert seen[-4] == local_start
+    assert all(seen[-5][p] >= local_start[p] - 1 for p in range(PARTITIONS)), (seen, local_start)
+    assert seen[-6] == {p: seen[-5][p] + 1 for p in range(PARTITIONS)}, seen
+    remote_ends = {row.partition: row.ry for row in describe(bootstrap, tiered.topic)}
+    assert all(seen[-5][p] <= remote_ends[p] for p in range(PARTITIONS)), (seen, remote_ends)
+    # A topic nobody tiers has nothing pending upload: -1, as Kafka answers for it (the tool prints no
+    # line for an offset of -1).
+    plain = _name("plain")
+    create_topic(bootstrap, plain, 1)
+    produce(bootstrap, plain, numbered(0, 10, 1))
+    assert _get_offsets(kafka, bootstrap, plain, -6) == _get_offsets(kafka, kafka.bootstrap, plain, -6) == {}
+    assert leader_offsets(bootstrap, plain, -6) == leader_offsets(kafka.bootstrap, plain, -6) == {0: -1}
 
 
 def test_java_console_producer_writes_through_the_proxy(kafka: KafkaCluster, proxy: ProxyProcess):

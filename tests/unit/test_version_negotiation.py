@@ -22,15 +22,16 @@ from protocol.apis import (
 )
 from proxy.filters.address_rewriting import AddressRewriting
 from proxy.filters.fetch_sessions import FetchSessions
-from proxy.filters.tiered_reads import TieredReads, list_offsets_upstream_version
+from proxy.filters.tiered_offsets import TieredOffsets, list_offsets_upstream_version
+from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
 from proxy.server import negotiate_versions
 
 RELEASES = [(3, 7), (3, 9), (4, 0), (4, 1), (4, 2)]
 TIERING_CAPS = dict(TieredReads.version_caps)
-TIERING_OVERRIDES = {**TieredReads.version_overrides, **TopicAdmin.version_overrides}
+TIERING_OVERRIDES = {**TieredOffsets.version_overrides, **TopicAdmin.version_overrides}
 PASS_THROUGH_READ = AddressRewriting.apis
-TIERING_READ = AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TopicAdmin.apis
+TIERING_READ = AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TieredOffsets.apis | TopicAdmin.apis
 
 
 @pytest.mark.parametrize("tiering", [False, True], ids=["pass-through", "tiering"])
@@ -62,7 +63,7 @@ def test_kafka_4_apis_are_offered_where_the_broker_has_them():
     offered = negotiate_versions(BROKER_API_VERSIONS[(4, 2)], TIERING_CAPS, TIERING_OVERRIDES, TIERING_READ)
     assert offered[68] == (0, 1) and offered[69] == (0, 1)  # KIP-848 consumer groups
     assert {key: offered[key] for key in (76, 77, 78, 79)} == {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2)}
-    assert offered[FETCH] == (4, 18) and offered[LIST_OFFSETS] == (1, 10) and offered[DESCRIBE_LOG_DIRS] == (1, 4)
+    assert offered[FETCH] == (4, 18) and offered[LIST_OFFSETS] == (1, 11) and offered[DESCRIBE_LOG_DIRS] == (1, 4)
     for release in [(3, 7), (3, 9)]:  # before 4.0 (and on our test brokers): not offered at all
         assert not {76, 77, 78, 79} & negotiate_versions(BROKER_API_VERSIONS[release], {}, {}).keys()
 
@@ -82,9 +83,9 @@ def test_old_clients_get_every_version_a_3x_broker_offers(release, tiering):
 
 @pytest.mark.parametrize("broker", [(0, 9), (1, 10), (1, 11), (2, 8), (4, 6)], ids=str)
 def test_list_offsets_is_asked_at_a_version_the_broker_has(broker):
-    """ListOffsets is offered v1-v10 whatever the broker has; each request reaches the broker at
+    """ListOffsets is offered v1-v11 whatever the broker has; each request reaches the broker at
     the nearest version it offers, and decoding fills in what that version adds."""
-    low, high = TieredReads.version_overrides[LIST_OFFSETS]
+    low, high = TieredOffsets.version_overrides[LIST_OFFSETS]
     for version in range(low, high + 1):
         asked = list_offsets_upstream_version(version, broker)
         assert broker[0] <= asked <= broker[1]
