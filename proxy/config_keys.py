@@ -144,6 +144,14 @@ TIERING = Group("Tiering", ("tiering/config.py",), "operating-tiering.md#tiering
         "local retention, for topics that do not set `local.retention.bytes` themselves (-2: the total)"),
     Key(_TIERING["remote_retention_ms"], "`-1`", "remote retention when the brokers manage local retention"),
     Key(_TIERING["remote_retention_bytes"], "`-1`", "remote retention when the brokers manage local retention"),
+    Key(_TIERING["copy_lag_ms"], "`0`",
+        "delayed upload (KIP-1241), for topics that do not set `remote.copy.lag.ms` themselves: a closed range "
+        "is copied once its newest record is this old (or `log.remote.copy.lag.bytes` follow it); `0` at once, "
+        "`-1` the local retention"),
+    Key(_TIERING["copy_lag_bytes"], "`-1`",
+        "delayed upload (KIP-1241), for topics that do not set `remote.copy.lag.bytes` themselves: a closed "
+        "range is copied once this many newer bytes follow it; `0` at once, `-1` the local retention "
+        "(not applied if unlimited)"),
 ))
 
 STORAGE = Group("Object store", ("tiering/storage/uri.py", "tiering/storage/api.py"), "object-stores.md", (

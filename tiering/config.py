@@ -23,7 +23,7 @@ PROXY_DEFAULTED_KEYS = frozenset({
     "segment.bytes", "internal.segment.bytes", "segment.ms", "index.interval.bytes", "retention.ms", "retention.bytes",
     "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
     "remote.log.retention.ms", "remote.log.retention.bytes", "remote.log.disable.policy",
-    "remote.storage.compression.type",
+    "remote.storage.compression.type", "remote.copy.lag.ms", "remote.copy.lag.bytes",
 })
 
 
@@ -80,6 +80,8 @@ class TieringConfig:
     remote_retention_ms: int = -1  # remote.log.retention.ms (broker-managed local retention)
     remote_retention_bytes: int = -1  # remote.log.retention.bytes
     compression_type: str = "none"  # remote.log.storage.compression.type (none or zstd; tiering.storage.at_rest)
+    copy_lag_ms: int = 0  # log.remote.copy.lag.ms (KIP-1241; 0: upload at once, -1: the local retention)
+    copy_lag_bytes: int = -1  # log.remote.copy.lag.bytes
 
     KEYS = {
         "enabled": "remote.log.storage.system.enable",
@@ -100,6 +102,8 @@ class TieringConfig:
         "remote_retention_ms": "remote.log.retention.ms",
         "remote_retention_bytes": "remote.log.retention.bytes",
         "compression_type": "remote.log.storage.compression.type",
+        "copy_lag_ms": "log.remote.copy.lag.ms",
+        "copy_lag_bytes": "log.remote.copy.lag.bytes",
     }
 
     @classmethod
@@ -123,6 +127,9 @@ class TieringConfig:
             raise ValueError(f"remote.log.storage.compression.type={config.compression_type}: expected none or zstd")
         if config.segment_bytes < 1:
             raise ValueError("log.segment.bytes must be positive")
+        for key in ("copy_lag_ms", "copy_lag_bytes"):
+            if getattr(config, key) < -1:
+                raise ValueError(f"{cls.KEYS[key]} must be at least -1 (-1: the local retention), got {getattr(config, key)}")
         return config
 
 
@@ -141,6 +148,8 @@ class TopicTiering:
     local_retention_bytes: int
     remote_retention_ms: int
     remote_retention_bytes: int
+    copy_lag_ms: int = 0  # remote.copy.lag.ms (KIP-1241)
+    copy_lag_bytes: int = -1  # remote.copy.lag.bytes
 
     @property
     def proxy_manages_local_retention(self) -> bool:
@@ -156,6 +165,21 @@ class TopicTiering:
     @property
     def remote_expiry_bytes(self) -> int:
         return self.retention_bytes if self.proxy_manages_local_retention else self.remote_retention_bytes
+
+    @property
+    def uploads_at_once(self) -> bool:
+        """KIP-1241: a lag of 0 on either check makes every closed range eligible at once."""
+        return self.copy_lag_ms == 0 or self.copy_lag_bytes == 0
+
+    @property
+    def effective_copy_lag(self) -> tuple[int, int]:
+        """(ms, bytes) a closed range must age, or have newer data behind it, before it is copied;
+        -1 on either: that check is not applied (its lag is -1 and local retention unlimited)."""
+        local_ms = self.retention_ms if self.local_retention_ms == LOCAL_RETENTION_SAME_AS_TOTAL else self.local_retention_ms
+        local_bytes = self.retention_bytes if self.local_retention_bytes == LOCAL_RETENTION_SAME_AS_TOTAL \
+            else self.local_retention_bytes
+        return (local_ms if self.copy_lag_ms == -1 else self.copy_lag_ms,
+                local_bytes if self.copy_lag_bytes == -1 else self.copy_lag_bytes)
 
     @classmethod
     def resolve(cls, defaults: TieringConfig, topic_configs: Mapping[str, str | None]) -> TopicTiering:
@@ -179,4 +203,6 @@ class TopicTiering:
             local_retention_bytes=_int(c, "local.retention.bytes", defaults.local_retention_bytes),
             remote_retention_ms=_int(c, "remote.log.retention.ms", defaults.remote_retention_ms),
             remote_retention_bytes=_int(c, "remote.log.retention.bytes", defaults.remote_retention_bytes),
+            copy_lag_ms=_int(c, "remote.copy.lag.ms", defaults.copy_lag_ms),
+            copy_lag_bytes=_int(c, "remote.copy.lag.bytes", defaults.copy_lag_bytes),
         )

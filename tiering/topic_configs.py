@@ -23,8 +23,10 @@ LOCAL_RETENTION_MS = "local.retention.ms"
 LOCAL_RETENTION_BYTES = "local.retention.bytes"
 REMOTE_LOG_DISABLE_POLICY = "remote.log.disable.policy"
 REMOTE_STORAGE_COMPRESSION_TYPE = "remote.storage.compression.type"
+REMOTE_COPY_LAG_MS = "remote.copy.lag.ms"  # KIP-1241 (Kafka 4.4)
+REMOTE_COPY_LAG_BYTES = "remote.copy.lag.bytes"
 TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES, REMOTE_LOG_DISABLE_POLICY,
-                REMOTE_STORAGE_COMPRESSION_TYPE)
+                REMOTE_STORAGE_COMPRESSION_TYPE, REMOTE_COPY_LAG_MS, REMOTE_COPY_LAG_BYTES)
 
 # Kafka's DescribeConfigs enums (ConfigSource, ConfigType).
 SOURCE_UNKNOWN = 0
@@ -46,9 +48,16 @@ _DOCS = {
     REMOTE_STORAGE_COMPRESSION_TYPE: "How the remote tier stores this topic's new segments: none, or zstd per chunk "
                                      "(segments whose batches are compressed already are stored as they are). "
                                      "Kept by the proxy.",
+    REMOTE_COPY_LAG_MS: "A closed range of the log is copied to the remote tier once its newest record is this old, "
+                        "or once remote.copy.lag.bytes of newer data follow it. 0: at once; -1: local.retention.ms "
+                        "(not applied if that is unlimited). Kept by the proxy.",
+    REMOTE_COPY_LAG_BYTES: "A closed range of the log is copied to the remote tier once this many bytes of newer data "
+                           "follow it, or once remote.copy.lag.ms has passed. 0: at once; -1: local.retention.bytes "
+                           "(not applied if that is unlimited). Kept by the proxy.",
 }
 _TYPES = {REMOTE_STORAGE_ENABLE: TYPE_BOOLEAN, LOCAL_RETENTION_MS: TYPE_LONG, LOCAL_RETENTION_BYTES: TYPE_LONG,
-          REMOTE_LOG_DISABLE_POLICY: TYPE_STRING, REMOTE_STORAGE_COMPRESSION_TYPE: TYPE_STRING}
+          REMOTE_LOG_DISABLE_POLICY: TYPE_STRING, REMOTE_STORAGE_COMPRESSION_TYPE: TYPE_STRING,
+          REMOTE_COPY_LAG_MS: TYPE_LONG, REMOTE_COPY_LAG_BYTES: TYPE_LONG}
 
 
 class TopicConfigError(ValueError):
@@ -155,6 +164,10 @@ def proxy_defaults(defaults: TieringConfig) -> dict[str, tuple[str, str, bool]]:
         REMOTE_LOG_DISABLE_POLICY: ("", "retain", False),
         REMOTE_STORAGE_COMPRESSION_TYPE: ("remote.log.storage.compression.type", defaults.compression_type,
                                           defaults.compression_type != base.compression_type),
+        REMOTE_COPY_LAG_MS: ("log.remote.copy.lag.ms", str(defaults.copy_lag_ms),
+                             defaults.copy_lag_ms != base.copy_lag_ms),
+        REMOTE_COPY_LAG_BYTES: ("log.remote.copy.lag.bytes", str(defaults.copy_lag_bytes),
+                                defaults.copy_lag_bytes != base.copy_lag_bytes),
     }
 
 
@@ -177,16 +190,43 @@ def describe(topic_values: Mapping[str, str], defaults: TieringConfig) -> list[D
     return described
 
 
-def _long(key: str, value: str) -> int:
+def _long(key: str, value: str, least: int = LOCAL_RETENTION_SAME_AS_TOTAL) -> int:
     try:
         number = int(value.strip())
     except ValueError:
         raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: "
                                                          "Not a number of type LONG") from None
-    if number < LOCAL_RETENTION_SAME_AS_TOTAL:
+    if number < least:
         raise TopicConfigError(ErrorCode.INVALID_CONFIG,
-                               f"Invalid value {value} for configuration {key}: Value must be at least -2")
+                               f"Invalid value {value} for configuration {key}: Value must be at least {least}")
     return number
+
+
+def _total(broker_configs: Mapping[str, str | None], key: str, default: int) -> int | None:
+    raw = broker_configs.get(key)
+    try:
+        return int(raw) if raw not in (None, "") else default
+    except ValueError:
+        return None  # the broker rejects a bad retention value itself
+
+
+def _validate_copy_lag(values: Mapping[str, str], local: Mapping[str, int], broker_configs: Mapping[str, str | None],
+                       defaults: TieringConfig) -> None:
+    """KIP-1241, as Kafka's LogConfig checks it: at least -1, and a positive lag no longer than the
+    effective local retention (local.retention.*, or retention.* where that is -2) unless unlimited."""
+    for key, local_key, total_key, local_default, total_default in (
+            (REMOTE_COPY_LAG_MS, LOCAL_RETENTION_MS, "retention.ms", defaults.local_retention_ms, defaults.retention_ms),
+            (REMOTE_COPY_LAG_BYTES, LOCAL_RETENTION_BYTES, "retention.bytes", defaults.local_retention_bytes,
+             defaults.retention_bytes)):
+        if key not in values:
+            continue
+        lag = _long(key, values[key], -1)
+        effective = local.get(local_key, local_default)
+        if effective == LOCAL_RETENTION_SAME_AS_TOTAL:
+            effective = _total(broker_configs, total_key, total_default)
+        if effective is not None and effective >= 0 and lag > effective:
+            raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {lag} for configuration {key}: Value "
+                                                             f"must not exceed {local_key} (effective value: {effective})")
 
 
 def validate(values: Mapping[str, str], broker_configs: Mapping[str, str | None], defaults: TieringConfig) -> None:
@@ -205,6 +245,7 @@ def validate(values: Mapping[str, str], broker_configs: Mapping[str, str | None]
         raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value {compression} for configuration "
                                                          f"{REMOTE_STORAGE_COMPRESSION_TYPE}: must be none or zstd")
     local = {key: _long(key, values[key]) for key in (LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES) if key in values}
+    _validate_copy_lag(values, local, broker_configs, defaults)
     enabled = enable.strip().lower() == "true" if enable is not None else defaults.tier_all_topics
     if not enabled:
         return
@@ -214,12 +255,8 @@ def validate(values: Mapping[str, str], broker_configs: Mapping[str, str | None]
                                           (LOCAL_RETENTION_BYTES, "retention.bytes", defaults.retention_bytes)):
         if key not in local or local[key] == LOCAL_RETENTION_SAME_AS_TOTAL:
             continue
-        raw_total = broker_configs.get(total_key)
-        try:
-            total = int(raw_total) if raw_total not in (None, "") else default_total
-        except ValueError:
-            continue  # the broker rejects a bad retention value itself
-        if total == -1:
+        total = _total(broker_configs, total_key, default_total)
+        if total is None or total == -1:
             continue
         if local[key] == -1:
             raise TopicConfigError(ErrorCode.INVALID_CONFIG, f"Invalid value -1 for configuration {key}: Value must "

@@ -126,13 +126,17 @@ def test_describe_shows_sources_and_synonyms():
                        "local.retention.ms": ("-2", SOURCE_DEFAULT_CONFIG),
                        "local.retention.bytes": ("-2", SOURCE_DEFAULT_CONFIG),
                        "remote.log.disable.policy": ("retain", SOURCE_DEFAULT_CONFIG),
-                       "remote.storage.compression.type": ("none", SOURCE_DEFAULT_CONFIG)}),
+                       "remote.storage.compression.type": ("none", SOURCE_DEFAULT_CONFIG),
+                       "remote.copy.lag.ms": ("0", SOURCE_DEFAULT_CONFIG),
+                       "remote.copy.lag.bytes": ("-1", SOURCE_DEFAULT_CONFIG)}),
     (TieringConfig(tier_all_topics=True, local_retention_ms=60_000),
      {"remote.storage.enable": ("true", SOURCE_STATIC_BROKER_CONFIG),
       "local.retention.ms": ("60000", SOURCE_STATIC_BROKER_CONFIG),
       "local.retention.bytes": ("-2", SOURCE_DEFAULT_CONFIG),
       "remote.log.disable.policy": ("retain", SOURCE_DEFAULT_CONFIG),
-      "remote.storage.compression.type": ("none", SOURCE_DEFAULT_CONFIG)}),
+      "remote.storage.compression.type": ("none", SOURCE_DEFAULT_CONFIG),
+      "remote.copy.lag.ms": ("0", SOURCE_DEFAULT_CONFIG),
+      "remote.copy.lag.bytes": ("-1", SOURCE_DEFAULT_CONFIG)}),
 ])
 def test_describe_a_topic_the_proxy_has_no_record_of(defaults, expected):
     """What noida-db lists as defaults (remote.storage.enable=false, local.retention.*=-2 at

@@ -45,12 +45,14 @@ from tiering.broker_client import (
     UnsupportedApiError,
 )
 from tiering.config import TopicTiering
+from tiering.copy.copy_lag import UploadHorizon
 from tiering.copy.divergence import RemoteTierCutter, find_divergence
 from tiering.copy.gap_log import GapLog
 from tiering.copy.lineage import lineage_of
 from tiering.copy.local_retention import local_retention_target
 from tiering.copy.metrics import TieringMetrics
 from tiering.copy.offset_jumps import OffsetJumps
+from tiering.copy.remote_expiry import expired_segments
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import InvalidStateTransitionError
@@ -238,9 +240,16 @@ class PartitionCopier:
 
     # --- copying ---------------------------------------------------------------------------------
 
+    def _horizon(self) -> UploadHorizon | None:
+        """KIP-1241's delayed upload for this pass (:mod:`tiering.copy.copy_lag`); None: copy at once."""
+        if self.settings.uploads_at_once:
+            return None
+        return UploadHorizon(*self.settings.effective_copy_lag, now_ms())
+
     def _copy(self, client: BrokerClient) -> None:
         assert self.next_offset is not None
         fetched = 0
+        horizon = self._horizon()
         while fetched < PASS_BYTE_BUDGET and not self.stopped and not self.interrupted:
             if not self.transactions_seeded and not self._seed_transactions(client):
                 break  # an open transaction begins at next_offset: nothing is stable to copy yet
@@ -259,22 +268,27 @@ class PartitionCopier:
             self.high_watermark = answer.high_watermark
             self.last_stable = answer.last_stable_offset if answer.last_stable_offset >= 0 else answer.high_watermark
             progressed = False
-            for header, batch in iter_batches(answer.records):
-                if header.last_offset < self.next_offset:
-                    continue  # a batch the broker repeats from before our position
+            batches = [(h, b) for h, b in iter_batches(answer.records) if h.last_offset >= self.next_offset]
+            if horizon is not None and batches:
+                horizon.fetched(sum(len(b) for _, b in batches), self.next_offset, batches[-1][0].next_offset,
+                                self.high_watermark)
+            for header, batch in batches:
                 if header.base_offset >= self.last_stable:
                     break  # past the last stable offset: not closed yet
                 if header.base_offset > self.next_offset and not self.jumps.believe(self.next_offset, header.base_offset):
                     break  # skipped offsets: believed once the next pass is answered the same
+                if horizon is not None and not horizon.admits(header, len(batch)):
+                    break  # not old enough, nor far enough behind, to copy yet
                 self._append(header, batch)
                 fetched += len(batch)
                 progressed = True
-            if not progressed or self.next_offset >= self.last_stable:
+            if not progressed or self.next_offset >= self.last_stable or (horizon is not None and horizon.held):
                 # Caught up with what the brokers had: under steady production each fetch brings
                 # a little more, and a pass that fetched on until its byte budget held the round
                 # (and a revoke waiting for it) for tens of seconds (issue 27).
                 break
-        if self.open is not None and not self.open.empty and self.next_offset >= self.last_stable:
+        caught_up = self.next_offset >= self.last_stable or (horizon is not None and horizon.held)
+        if self.open is not None and not self.open.empty and caught_up:
             started = self.open.first_batch_timestamp
             if started >= 0 and now_ms() - started >= self.settings.segment_ms:
                 self._roll()
@@ -426,36 +440,17 @@ class PartitionCopier:
                 self.metrics.add(orphans_cleaned=1)
 
     def _expire_remote(self) -> None:
-        floor = self.rlmm.remote_log_start_offset(self.tp)
-        for segment in self.rlmm.copied_segments(self.tp):
-            if segment.end_offset >= floor:
-                break
-            self._delete_segment(segment)  # wholly below the log start DeleteRecords set
-            self.metrics.add(self.tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
-            log.info("deleted %s remote segment %d..%d below log start %d", self.tp, segment.start_offset,
-                     segment.end_offset, floor)
         if self.tiered_epoch is None:  # KIP-950 retain: the topic-wide retention, from Rx
             limit_ms, limit_bytes = self.settings.retention_ms, self.settings.retention_bytes
         else:
             limit_ms, limit_bytes = self.settings.remote_expiry_ms, self.settings.remote_expiry_bytes
-        if limit_ms < 0 and limit_bytes < 0:
-            return
-        segments = self.rlmm.copied_segments(self.tp)
-        total = sum(s.segment_size_bytes for s in segments)
-        if self.open is not None:
-            total += self.open.size
-        cutoff = now_ms() - limit_ms
-        keep_newest = self.open is None and self.tiered_epoch is not None
-        for segment in segments[:-1] if keep_newest else segments:
-            # Keep the newest segment while nothing newer is staged, so Ry stays known.
-            too_old = limit_ms >= 0 and segment.max_timestamp_ms < cutoff
-            too_big = limit_bytes >= 0 and total - segment.segment_size_bytes >= limit_bytes
-            if not (too_old or too_big):
-                break
+        expired = expired_segments(self.rlmm.copied_segments(self.tp), self.rlmm.remote_log_start_offset(self.tp),
+                                   limit_ms, limit_bytes, self.open.size if self.open is not None else 0,
+                                   self.open is None and self.tiered_epoch is not None, now_ms())
+        for segment, why in expired:
             self._delete_segment(segment)
-            total -= segment.segment_size_bytes
             self.metrics.add(self.tp.topic, deleted_segments=1, deleted_bytes=segment.segment_size_bytes)
-            log.info("expired %s remote segment %d..%d", self.tp, segment.start_offset, segment.end_offset)
+            log.info("deleted %s remote segment %d..%d: %s", self.tp, segment.start_offset, segment.end_offset, why)
 
     def _local_retention_off(self, why: str) -> None:
         self.delete_records_unsupported = True
