@@ -152,6 +152,11 @@ TIERING = Group("Tiering", ("tiering/config.py",), "operating-tiering.md#tiering
         "delayed upload (KIP-1241), for topics that do not set `remote.copy.lag.bytes` themselves: a closed "
         "range is copied once this many newer bytes follow it; `0` at once, `-1` the local retention "
         "(not applied if unlimited)"),
+    Key(_TIERING["copy_max_bytes_per_second"], "`9223372036854775807` (unlimited)",
+        "copy quota (KIP-956): bytes per second copied to the remote tier by all copiers together; over it "
+        "the next segment waits"),
+    Key(_TIERING["copy_quota_window_num"], "`11`", "samples the copy rate is measured over"),
+    Key(_TIERING["copy_quota_window_size_seconds"], "`1`", "length of one sample"),
 ))
 
 STORAGE = Group("Object store", ("tiering/storage/uri.py", "tiering/storage/api.py"), "object-stores.md", (
@@ -228,6 +233,12 @@ TIERED_READS = Group("Remote reads and fetch sessions", ("proxy/filters/tiered_r
     Key("max.incremental.fetch.session.cache.slots", "`1000`", "fetch sessions (KIP-227) the proxy keeps"),
     Key("min.incremental.fetch.session.eviction.ms", "`120000`",
         "a full session cache evicts the least recently used session idle this long"),
+    Key("remote.log.manager.fetch.max.bytes.per.second", "`9223372036854775807` (unlimited)",
+        "remote fetch quota (KIP-956): bytes per second read from the remote tier for clients, across the proxy; "
+        "over it a remote read waits up to half `remote.fetch.max.wait.ms`, then the partition answers no records "
+        "and no error, as Kafka's does"),
+    Key("remote.log.manager.fetch.quota.window.num", "`11`", "samples the remote fetch rate is measured over"),
+    Key("remote.log.manager.fetch.quota.window.size.seconds", "`1`", "length of one sample"),
 ))
 
 LISTENER_TLS = Group("TLS toward clients", ("proxy/tls.py",), "security.md", (

@@ -24,6 +24,7 @@ import trio
 
 from proxy.byte_budget import ByteBudget, Holding
 from tiering.model import TopicIdPartition
+from tiering.quota import ByteRateQuota
 from tiering.read.reader import RemoteRead, RemoteReader
 from tiering.storage.api import RemoteStorageError
 
@@ -66,7 +67,13 @@ async def run_reads(reads: Sequence[Callable[[], T]], limiter: trio.CapacityLimi
 PartitionKey = tuple[str | bytes, int]
 # A partition to read from the remote tier: its key, the partition, the fetch offset, its max bytes.
 ReadEntry = tuple[PartitionKey, TopicIdPartition, int, int]
-ReadResult = RemoteRead | BaseException | None  # None: the offset was deleted meanwhile
+class Throttled:
+    """A read left out because the remote fetch quota (KIP-956) was exceeded: the partition answers
+    no records and no error, as Kafka's does, and the client fetches again."""
+
+
+THROTTLED = Throttled()
+ReadResult = RemoteRead | BaseException | Throttled | None  # None: the offset was deleted meanwhile
 # A Fetch's remote reads wait for at least this much room in the remote fetch buffer (or all of a
 # smaller want, or the whole buffer if smaller) rather than start with a sliver; each read returns
 # at least one batch whatever share of the room it got.
@@ -92,8 +99,9 @@ class FetchReads:
 
     def __init__(self, reader: RemoteReader, limiter: trio.CapacityLimiter, buffer: ByteBudget,
                  max_wait_s: float, log_ends: Callable[[list[TopicIdPartition]], dict[TopicIdPartition, tuple[int, int]]],
-                 ) -> None:
+                 quota: ByteRateQuota | None = None) -> None:
         self.reader = reader
+        self.quota = quota  # remote fetch bytes per second across the proxy (KIP-956)
         self.limiter = limiter
         self.buffer = buffer
         self.max_wait_s = max_wait_s
@@ -147,7 +155,14 @@ class FetchReads:
         """Read every entry within ``room`` bytes shared out (the buffer's room goes into
         ``held``), beside one question to the brokers of the log ends of ``ends_for`` (default:
         every entry's partition) where the last answer is older than _LOG_ENDS_TTL_S. Reads not
-        done within the time limit answer an error."""
+        done within the time limit answer an error. Over the remote fetch quota, the reads wait for it
+        at most half the time limit, and are left out (THROTTLED) if it is still exceeded."""
+        if self.quota is not None and (wait := self.quota.wait_s()) > 0:
+            await trio.sleep(min(wait, self.max_wait_s / 2))
+            if self.quota.left_out() > 0:
+                holding = self.buffer.take(0)
+                held.append(holding)
+                return dict.fromkeys((key for key, *_ in entries), THROTTLED), holding
         share = max(room // len(entries), 0)
         limits = [min(partition_max, share) for *_, partition_max in entries]
         # Room for the whole request at once (its partitions never wait on one another),
@@ -175,6 +190,8 @@ class FetchReads:
                     [functools.partial(read, tp, offset, int(limits[i] * scale))
                      for i, (_, tp, offset, _) in enumerate(entries)],
                     self.limiter, self.max_wait_s, spare=1 if stale else 0)
+        if self.quota is not None:
+            self.quota.record(sum(r.size for r in results.values() if isinstance(r, RemoteRead)))
         late = RemoteStorageError(f"no answer within remote.fetch.max.wait.ms ({self.max_wait_s:g}s)")
         return {key: results.get(i, late) for i, (key, *_) in enumerate(entries)}, holding
 

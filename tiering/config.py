@@ -82,6 +82,9 @@ class TieringConfig:
     compression_type: str = "none"  # remote.log.storage.compression.type (none or zstd; tiering.storage.at_rest)
     copy_lag_ms: int = 0  # log.remote.copy.lag.ms (KIP-1241; 0: upload at once, -1: the local retention)
     copy_lag_bytes: int = -1  # log.remote.copy.lag.bytes
+    copy_max_bytes_per_second: int = 2**63 - 1  # remote.log.manager.copy.max.bytes.per.second (KIP-956)
+    copy_quota_window_num: int = 11  # remote.log.manager.copy.quota.window.num
+    copy_quota_window_size_seconds: int = 1  # remote.log.manager.copy.quota.window.size.seconds
 
     KEYS = {
         "enabled": "remote.log.storage.system.enable",
@@ -104,6 +107,9 @@ class TieringConfig:
         "compression_type": "remote.log.storage.compression.type",
         "copy_lag_ms": "log.remote.copy.lag.ms",
         "copy_lag_bytes": "log.remote.copy.lag.bytes",
+        "copy_max_bytes_per_second": "remote.log.manager.copy.max.bytes.per.second",
+        "copy_quota_window_num": "remote.log.manager.copy.quota.window.num",
+        "copy_quota_window_size_seconds": "remote.log.manager.copy.quota.window.size.seconds",
     }
 
     @classmethod
@@ -127,6 +133,9 @@ class TieringConfig:
             raise ValueError(f"remote.log.storage.compression.type={config.compression_type}: expected none or zstd")
         if config.segment_bytes < 1:
             raise ValueError("log.segment.bytes must be positive")
+        for key in ("copy_max_bytes_per_second", "copy_quota_window_num", "copy_quota_window_size_seconds"):
+            if getattr(config, key) < 1:
+                raise ValueError(f"{cls.KEYS[key]} must be at least 1, got {getattr(config, key)}")
         for key in ("copy_lag_ms", "copy_lag_bytes"):
             if getattr(config, key) < -1:
                 raise ValueError(f"{cls.KEYS[key]} must be at least -1 (-1: the local retention), got {getattr(config, key)}")

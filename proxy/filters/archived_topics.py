@@ -49,7 +49,7 @@ from protocol.remote_log_dir import (
 )
 from proxy.archive_sources import ArchiveSource, Served, finder, served_topics
 from proxy.chain import Answer, Filter, Message, RequestContext
-from proxy.partition_reads import PartitionKey, ReadEntry, ReadResult
+from proxy.partition_reads import THROTTLED, PartitionKey, ReadEntry, ReadResult
 from proxy.topic_counters import TopicCounters
 from tiering.model import TopicIdPartition
 from tiering.status import segment_tags
@@ -229,6 +229,8 @@ class ArchivedTopics(Filter):
         p["log_start_offset"] = rx if rx is not None else end
         if offset == end:
             return p, 0  # caught up: nothing more until the archive grows (a read replica's does)
+        if result is THROTTLED:
+            return p, 0  # over the remote fetch quota: no records, no error (KIP-956)
         if not _holds((rx, ry), offset) or result is None:
             p["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
             return p, 0

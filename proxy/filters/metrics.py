@@ -182,6 +182,11 @@ class ProxyCollector(Collector):
                                   value=tiering.manager.rounds)
         yield GaugeMetricFamily("tiered_proxy_tiering_round_seconds", "Seconds the last finished round took",
                                 value=tiering.manager.last_round_s)
+        copy_quota = tiering.manager.copy_quota
+        yield CounterMetricFamily("tiered_proxy_remote_copy_throttled", "Segment copies held back by the copy quota "
+                                  "(remote.log.manager.copy.max.bytes.per.second)", value=copy_quota.throttled)
+        yield CounterMetricFamily("tiered_proxy_remote_copy_throttle_seconds",
+                                  "Time segment copies waited for the copy quota", value=copy_quota.throttled_s)
         if reads is not None:
             queued, busy, threads = reads.pool_state()
             yield GaugeMetricFamily("kafka_log_remote_remotestoragethreadpool_remotelogreadertaskqueuesize",
@@ -191,6 +196,12 @@ class ProxyCollector(Collector):
             yield CounterMetricFamily("tiered_proxy_tiered_storage_not_available",
                                       "Remote reads that failed or timed out (TIERED_STORAGE_NOT_AVAILABLE)",
                                       value=reads.not_available)
+            yield CounterMetricFamily("tiered_proxy_remote_fetch_throttled",
+                                      "Fetches whose remote reads were left out, over the remote fetch quota "
+                                      "(remote.log.manager.fetch.max.bytes.per.second)", value=reads.fetch_quota.throttled)
+            yield CounterMetricFamily("tiered_proxy_remote_fetch_throttle_seconds",
+                                      "Time remote reads would have had to wait for the remote fetch quota",
+                                      value=reads.fetch_quota.throttled_s)
             yield CounterMetricFamily("tiered_proxy_remote_reads_beside_broker",
                                       "Fetch partitions read from the remote tier while the broker was asked, not "
                                       "after it answered (offsets below its log start as last seen or not seen "

@@ -46,10 +46,11 @@ from protocol.apis import FETCH
 from protocol.errors import ErrorCode
 from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
-from proxy.partition_reads import EarlyReads, FetchReads, PartitionKey, ReadEntry
+from proxy.partition_reads import THROTTLED, EarlyReads, FetchReads, PartitionKey, ReadEntry
 from proxy.topic_counters import TopicCounters
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import TopicIdPartition
+from tiering.quota import UNLIMITED, ByteRateQuota
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
@@ -91,8 +92,16 @@ class TieredReads(Filter):
         self.buffer = ByteBudget(_int(props, "proxy.remote.fetch.buffer.max.bytes", 16 << 20),
                                  "proxy.remote.fetch.buffer.max.bytes")
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
+        # KIP-956: remote fetch bytes per second across the proxy, archived topics' reads included.
+        fetch_rate = _int(props, "remote.log.manager.fetch.max.bytes.per.second", UNLIMITED)
+        windows = _int(props, "remote.log.manager.fetch.quota.window.num", 11)
+        window_s = _int(props, "remote.log.manager.fetch.quota.window.size.seconds", 1)
+        if min(fetch_rate, windows, window_s) < 1:
+            raise ValueError("remote.log.manager.fetch.max.bytes.per.second, remote.log.manager.fetch.quota.window.num "
+                             "and remote.log.manager.fetch.quota.window.size.seconds must be at least 1")
+        self.fetch_quota = ByteRateQuota(fetch_rate, windows, window_s)
         self.reads = FetchReads(self.reader, self.limiter, self.buffer, self.max_wait_s,
-                                tiering.manager.questions.log_ends)
+                                tiering.manager.questions.log_ends, self.fetch_quota)
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
@@ -119,7 +128,7 @@ class TieredReads(Filter):
         """Reads of archived topics' segments: a reader of its own over ``store`` and ``storage``, sharing
         this filter's threads, remote fetch buffer and wait (they have no log ends to ask of brokers)."""
         reader = RemoteReader.from_properties(store, storage, self.props)
-        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {})
+        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {}, self.fetch_quota)
 
     @property
     def log_end_questions(self) -> int:
@@ -314,6 +323,10 @@ class TieredReads(Filter):
                 log.warning("TIERED_STORAGE_NOT_AVAILABLE: reading %s at %d: %s", tp, offset, result)
                 # Empty, not null: librdkafka rejects a null record set ("invalid MessageSetSize -1").
                 p["error_code"], p["records"] = self.not_available_code, b""
+                continue
+            if result is THROTTLED:  # over the remote fetch quota: no records, no error (KIP-956)
+                p["error_code"], p["records"] = ErrorCode.NONE, b""
+                self._fill_log_ends(p, tp, version)
                 continue
             if result is None:  # deleted since: OFFSET_OUT_OF_RANGE, the broker's or in place of its probe's
                 p["error_code"], p["records"] = ErrorCode.OFFSET_OUT_OF_RANGE, b""

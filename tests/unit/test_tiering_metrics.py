@@ -13,6 +13,7 @@ from tiering.copy.manager import RemoteLogManager
 from tiering.copy.metrics import TieringMetrics
 from tiering.metadata.journal_store import FileMetadataStore
 from tiering.metadata.manifests import ManifestCounters
+from tiering.quota import UNLIMITED, ByteRateQuota
 from tiering.storage.api import StorageRequests
 from tiering.storage.local_folder import LocalFolderStorage
 
@@ -21,7 +22,7 @@ def test_leader_changes_and_divergences_are_counters() -> None:
     metrics = TieringMetrics()
     metrics.add("t", leader_changes=3, divergences=2, diverged_offsets=50, data_loss_gaps=1, data_loss_offsets=5)
     manager = SimpleNamespace(metrics=metrics, topic_sizes=dict, pool_state=lambda: (0, 1), rounds=4, last_round_s=2.5,
-                              copiers={})
+                              copiers={}, copy_quota=ByteRateQuota(UNLIMITED))
     tiering = SimpleNamespace(manager=manager, storage_uri="file:///remote", storage=SimpleNamespace(
         requests=StorageRequests()), manifests=SimpleNamespace(counters=ManifestCounters(written=7, failed=1)),
         archives=[], read_replica=None)

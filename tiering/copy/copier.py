@@ -45,7 +45,7 @@ from tiering.broker_client import (
     UnsupportedApiError,
 )
 from tiering.config import TopicTiering
-from tiering.copy.copy_lag import UploadHorizon
+from tiering.copy.copy_lag import upload_horizon
 from tiering.copy.divergence import RemoteTierCutter, find_divergence
 from tiering.copy.gap_log import GapLog
 from tiering.copy.lineage import lineage_of
@@ -63,6 +63,7 @@ from tiering.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tiering.quota import ByteRateQuota, QuotaWaitEnded
 from tiering.storage.api import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class PartitionCopier:
 
     def __init__(self, tp: TopicIdPartition, leader: int, settings: TopicTiering, *, rlmm: RemoteLogMetadataManager,
                  rsm: RemoteStorageManager, spool_dir: Path, metrics: TieringMetrics, gaps: GapLog,
-                 fetch_max_bytes: int, backoff_max_ms: int, broker_id: int = -1, leader_epoch: int = -1) -> None:
+                 fetch_max_bytes: int, backoff_max_ms: int, broker_id: int = -1, leader_epoch: int = -1,
+                 copy_quota: ByteRateQuota | None = None) -> None:
         self.tp = tp
         self.leader = leader
         # The leader's epoch as the metadata names it (-1: the brokers name none). Fetches carry
@@ -134,6 +136,7 @@ class PartitionCopier:
         self.tiered_epoch: int | None = 0
         self.may_move_log_start = True  # False while the brokers hold remote data of the topic
         self.jumps = OffsetJumps(tp)
+        self.copy_quota = copy_quota  # KIP-956: shared by every copier of the process
 
     # --- the pass ------------------------------------------------------------------------------
 
@@ -157,6 +160,8 @@ class PartitionCopier:
             self._expire_remote()
             self._local_retention(client)
             self.failures = 0
+        except QuotaWaitEnded:
+            pass  # the open segment is copied on a later pass, once the quota allows
         except LeaderMovedError as exc:
             # Not a failure: the next round's metadata names the new leader (no backoff to grow).
             self.lineage_checked = False
@@ -240,16 +245,10 @@ class PartitionCopier:
 
     # --- copying ---------------------------------------------------------------------------------
 
-    def _horizon(self) -> UploadHorizon | None:
-        """KIP-1241's delayed upload for this pass (:mod:`tiering.copy.copy_lag`); None: copy at once."""
-        if self.settings.uploads_at_once:
-            return None
-        return UploadHorizon(*self.settings.effective_copy_lag, now_ms())
-
     def _copy(self, client: BrokerClient) -> None:
         assert self.next_offset is not None
         fetched = 0
-        horizon = self._horizon()
+        horizon = upload_horizon(self.settings, now_ms())  # KIP-1241; None: copy at once
         while fetched < PASS_BYTE_BUDGET and not self.stopped and not self.interrupted:
             if not self.transactions_seeded and not self._seed_transactions(client):
                 break  # an open transaction begins at next_offset: nothing is stable to copy yet
@@ -346,6 +345,8 @@ class PartitionCopier:
     def _upload(self, builder: SegmentBuilder) -> None:
         """Record, copy and finish one segment; the builder is discarded unless the storage
         failed (then it is kept for a retry)."""
+        if self.copy_quota is not None and not self.copy_quota.wait(lambda: self.stopped or self.interrupted):
+            raise QuotaWaitEnded(f"{self.tp}: stopped while the copy quota held the next segment")
         segment_id = RemoteLogSegmentId(self.tp, uuid.uuid4())
         with builder.finish() as (data, facts):
             metadata = RemoteLogSegmentMetadata(
@@ -381,6 +382,8 @@ class PartitionCopier:
                 raise
             raise FencedError(f"segment {segment_id.id} was taken over during its copy: {exc}") from exc
         self.metrics.add(self.tp.topic, copied_segments=1, copied_bytes=facts.size_bytes, copy_requests=1)
+        if self.copy_quota is not None:
+            self.copy_quota.record(facts.size_bytes)
         log.info("tiered %s offsets %d..%d (%d bytes)", self.tp, facts.start_offset, facts.end_offset, facts.size_bytes)
         builder.discard()
 

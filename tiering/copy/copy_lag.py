@@ -14,6 +14,7 @@ own sizes cannot say: it counts a segment whole, however far its log start has m
 from __future__ import annotations
 
 from protocol.record_batch import BatchHeader
+from tiering.config import TopicTiering
 
 
 class UploadHorizon:
@@ -42,3 +43,8 @@ class UploadHorizon:
             return False
         self.bytes_behind = behind
         return True
+
+
+def upload_horizon(settings: TopicTiering, now_ms: int) -> UploadHorizon | None:
+    """A pass's horizon for a topic's settings; None when it copies at once (a lag of 0)."""
+    return None if settings.uploads_at_once else UploadHorizon(*settings.effective_copy_lag, now_ms)

@@ -39,6 +39,7 @@ from tiering.model import (
     TopicIdPartition,
     TopicTieringState,
 )
+from tiering.quota import ByteRateQuota
 from tiering.read.broker_questions import BrokerQuestions
 from tiering.storage.api import RemoteStorageError, RemoteStorageManager
 from tiering.topic_configs import TIERING_KEYS, BrokerTopicConfigs, TopicConfigError, is_enabled, transition
@@ -63,6 +64,8 @@ class RemoteLogManager:
         self.owns = owns
         self.security = security or ClientSecurity()  # TLS and SASL toward the brokers
         self.metrics = TieringMetrics()
+        self.copy_quota = ByteRateQuota(config.copy_max_bytes_per_second, config.copy_quota_window_num,
+                                        config.copy_quota_window_size_seconds)  # KIP-956, across every copier
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
         self.rounds, self.last_round_s = 0, 0.0  # rounds finished; seconds the last one took
@@ -171,14 +174,10 @@ class RemoteLogManager:
     def _client(self) -> BrokerClient:
         """The copier thread's own client."""
         if getattr(self._local, "client", None) is None:
-            self._local.client = self._new_client()
+            self._local.client = BrokerClient(self.bootstrap_servers, security=self.security)
+            with self._clients_lock:
+                self._clients.append(self._local.client)
         return self._local.client  # type: ignore[no-any-return]
-
-    def _new_client(self) -> BrokerClient:
-        client = BrokerClient(self.bootstrap_servers, security=self.security)
-        with self._clients_lock:
-            self._clients.append(client)
-        return client
 
     def _run_copier(self, copier: PartitionCopier) -> None:
         if not self._stop.is_set():
@@ -271,7 +270,8 @@ class RemoteLogManager:
                 copier = self.copiers[tp] = PartitionCopier(
                     tp, leader, settings, rlmm=self.rlmm, rsm=self.rsm, spool_dir=self.data_dir / "spool",
                     metrics=self.metrics, gaps=self.gaps, fetch_max_bytes=self.config.copier_fetch_max_bytes,
-                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id, leader_epoch=leader_epoch)
+                    backoff_max_ms=self.config.copy_backoff_max_ms, broker_id=self.broker_id, leader_epoch=leader_epoch,
+                    copy_quota=self.copy_quota)
                 new.append(tp)
             copier.follow(leader, leader_epoch)
             copier.settings = settings
