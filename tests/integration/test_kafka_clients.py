@@ -314,6 +314,69 @@ def test_kafka_get_offsets_answers_every_tiered_spec_through_the_proxy(kafka: Ka
     assert leader_offsets(bootstrap, plain, -6) == leader_offsets(kafka.bootstrap, plain, -6) == {0: -1}
 
 
+TIERED_STORAGE_TOPIC_KEYS = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes",
+                             "remote.log.disable.policy", "remote.storage.compression.type", "remote.copy.lag.ms",
+                             "remote.copy.lag.bytes")
+
+
+def _described_topic_configs(kafka: KafkaCluster, bootstrap: str, topic: str) -> dict[str, str]:
+    """key -> the line kafka-configs.sh --describe --all prints for it (``key=value sensitive=... synonyms=...``)."""
+    done = kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "topics", "--entity-name", topic,
+                          "--describe", "--all", timeout=60)
+    assert done.returncode == 0, tool_output(done)
+    return {line.strip().split("=", 1)[0]: line.strip() for line in done.stdout.splitlines() if "=" in line
+            and not line.startswith("All configs")}
+
+
+def test_kafka_configs_describes_and_alters_every_tiered_storage_topic_key(kafka: KafkaCluster, tiered: Tiered):
+    """kafka-configs.sh (Kafka 4.4) through the proxy: --describe --all lists every tiered-storage key
+    the proxy keeps, with its value and source, and --alter sets KIP-1241's delayed upload."""
+    bootstrap = tiered.proxy.bootstrap
+    shown = _described_topic_configs(kafka, bootstrap, tiered.topic)
+    assert set(TIERED_STORAGE_TOPIC_KEYS) <= shown.keys(), sorted(shown)
+    assert shown["remote.storage.enable"].startswith("remote.storage.enable=true "), shown["remote.storage.enable"]
+    assert "DYNAMIC_TOPIC_CONFIG" in shown["local.retention.bytes"]
+    assert shown["remote.copy.lag.ms"].startswith("remote.copy.lag.ms=0 "), shown["remote.copy.lag.ms"]
+    assert "DEFAULT_CONFIG:log.remote.copy.lag.ms=0" in shown["remote.copy.lag.ms"]
+    done = kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "topics", "--entity-name",
+                          tiered.topic, "--alter", "--add-config", "remote.copy.lag.bytes=1", timeout=60)
+    assert done.returncode == 0, tool_output(done)
+    try:
+        shown = _described_topic_configs(kafka, bootstrap, tiered.topic)
+        assert shown["remote.copy.lag.bytes"].startswith("remote.copy.lag.bytes=1 ")
+        assert "DYNAMIC_TOPIC_CONFIG:remote.copy.lag.bytes=1" in shown["remote.copy.lag.bytes"]
+        # Kafka's own check, with Kafka's words, whatever the brokers know of the key.
+        refused = kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "topics", "--entity-name",
+                                 tiered.topic, "--alter", "--add-config", f"remote.copy.lag.bytes={LOCAL_RETENTION_BYTES + 1}",
+                                 timeout=60)
+        assert refused.returncode != 0
+        assert "Value must not exceed local.retention.bytes" in refused.stdout + refused.stderr, tool_output(refused)
+    finally:
+        kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "topics", "--entity-name",
+                       tiered.topic, "--alter", "--delete-config", "remote.copy.lag.bytes", timeout=60)
+    assert "remote.copy.lag.bytes=-1 " in _described_topic_configs(kafka, bootstrap, tiered.topic)["remote.copy.lag.bytes"]
+
+
+def test_kafka_log_dirs_shows_the_remote_tier_through_the_proxy(kafka: KafkaCluster, tiered: Tiered):
+    """kafka-log-dirs.sh (Kafka 4.4) through the proxy: beside the brokers' own log dirs, one for the
+    remote tier, with each partition's remote bytes as describe shows them."""
+    import json
+
+    done = kafka.run_tool("log-dirs", "--bootstrap-server", tiered.proxy.bootstrap, "--describe", "--topic-list",
+                          tiered.topic, timeout=60)
+    assert done.returncode == 0, tool_output(done)
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    dirs = [d for broker in report["brokers"] for d in broker["logDirs"]]
+    remote = [d for d in dirs if d["logDir"].startswith("remote:")]
+    local = [d for d in dirs if not d["logDir"].startswith("remote:")]
+    assert len(remote) == 1 and local, [d["logDir"] for d in dirs]
+    sizes = {p["partition"]: p["size"] for p in remote[0]["partitions"]}
+    expected = {f"{tiered.topic}-{row.partition}": row.remote_bytes for row in describe(tiered.proxy.bootstrap, tiered.topic)}
+    assert sizes.keys() == expected.keys() and all(sizes[k] > 0 for k in sizes), (sizes, expected)
+    # Both read the same metadata; the copier may add a segment in between.
+    assert all(abs(sizes[k] - expected[k]) <= 2 * SEGMENT_BYTES for k in sizes), (sizes, expected)
+
+
 def test_java_console_producer_writes_through_the_proxy(kafka: KafkaCluster, proxy: ProxyProcess):
     topic = _name("console-produced")
     create_topic(proxy.bootstrap, topic, 2)
