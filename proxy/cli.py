@@ -15,6 +15,7 @@ import trio
 from proxy import keys_command
 from proxy.command_line_config import config_from_args
 from proxy.config import load_properties, resolve_references
+from proxy.describe import add_arguments as add_describe_arguments
 from proxy.embedded_broker import BrokerStartError
 from proxy.filters import build_chain
 from proxy.log_format import configure as configure_logging
@@ -108,10 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(demo)
     demo.set_defaults(log_level="WARNING")  # the demo's own lines, not the client libraries' INFO chatter
     describe = sub.add_parser("describe", help="show each partition's remote and local offsets, remote size, "
-                                                "tiering lag and KIP-950 state, asked of a running proxy")
-    describe.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT",
-                          help="the proxy (not a broker: only the proxy sees the remote tier)")
-    describe.add_argument("--topic", help="only this topic")
+                                                "tiering lag and KIP-950 state, asked of a running proxy; with "
+                                                "--cost, each topic's remote-tier cost")
+    add_describe_arguments(describe)
     _add_command_config(describe)
     describe.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     segments = sub.add_parser("segments", help="list a topic's remote segments from the metadata store (or the "
@@ -189,15 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(_serve_until_signal, proxy, os.getppid() if config.worker_index is not None else None)
             return 0
         if args.command == "describe":
-            from proxy.describe import DescribeError, describe, format_rows
-            from tiering.broker_client import BrokerClientError
+            from proxy.describe import run as run_describe
 
-            try:
-                print(format_rows(describe(args.bootstrap_servers, args.topic, _command_config(args)[1])))
-            except (BrokerClientError, DescribeError) as e:
-                print(f"tiered-proxy: {e}", file=sys.stderr)
-                return 1
-            return 0
+            return run_describe(args, _command_config(args)[1])
         if args.command == "segments":
             from proxy.segments import format_segments, load_bucket_segments, load_segments
             from tiering.broker_client import BrokerClientError

@@ -19,13 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from proxy.config import ConfigError
-from tiering import archive, client_security, service
+from tiering import archive, client_security, cost, service
 from tiering.client_security import UPSTREAM_PREFIX
 from tiering.config import TieringConfig
 from tiering.metadata import manifests
 from tiering.metadata import uri as metadata_uri
 from tiering.storage import api as storage_api
-from tiering.storage import at_rest, key_ring
+from tiering.storage import at_rest, key_ring, object_layout
 from tiering.storage import uri as storage_uri
 
 log = logging.getLogger("tiered-proxy")
@@ -267,8 +267,29 @@ UPSTREAM_SECURITY = Group(
             "`https` checks the brokers' host names; any other value (`\"\"`) skips the check"),
     ))
 
+COST = Group("Costs per topic, and keys spread over S3 prefixes", ("tiering/cost.py", "tiering/storage/object_layout.py"),
+             "object-stores.md#what-each-topic-costs", (
+    Key(cost.PRICE_PUT_CONFIG, "`0.005`",
+        "price per 1,000 PUT-class requests (PUT, COPY, POST: multipart parts and completions too); the defaults "
+        "are S3 Standard's in us-east-1"),
+    Key(cost.PRICE_GET_CONFIG, "`0.0004`", "price per 1,000 GET-class requests (GET, HEAD)"),
+    Key(cost.PRICE_LIST_CONFIG, "`0.005`", "price per 1,000 LIST requests"),
+    Key(cost.PRICE_DELETE_CONFIG, "`0`", "price per 1,000 DELETE requests (free on S3)"),
+    Key(cost.PRICE_STORAGE_CONFIG, "`0.023`", "price per GB-month stored (GB: 2^30 bytes; a month: 730 hours)"),
+    Key(cost.PRICE_TRANSFER_OUT_CONFIG, "`0`", "price per GB read from the remote tier (`0`: from the same region)"),
+    Key(cost.PRICE_TRANSFER_IN_CONFIG, "`0`", "price per GB written to the remote tier (free on S3)"),
+    Key(cost.PRICE_CURRENCY_CONFIG, "`USD`", "the prices' currency (a three-letter code), as costs are labelled"),
+    Key(cost.TOPIC_LABEL_MAX_CONFIG, f"`{cost.DEFAULT_TOPIC_LABEL_MAX}`",
+        "topics with a label of their own in the per-topic remote-tier metrics and cost table: the first this many "
+        "topics to send requests keep theirs, later ones are summed under `topic=\"other\"`"),
+    Key(object_layout.SALT_LENGTH_CONFIG, "`0` (off)",
+        f"hex digits (up to {object_layout.MAX_SALT_LENGTH}) of a hash of the topic-partition that begin new "
+        "segments' keys after the prefix, spreading request rates over up to 16^N S3 prefixes; every segment "
+        "keeps the keys it was written with"),
+))
+
 GROUPS: tuple[Group, ...] = (PROXY, SERVICE, TIERING, STORAGE, AT_REST, READ_REPLICA, TIERED_READS, LISTENER_TLS,
-                             UPSTREAM_SECURITY)
+                             UPSTREAM_SECURITY, COST)
 
 # The names of each group, as the product reads them.
 PROXY_KEYS = PROXY.names

@@ -3,12 +3,23 @@ protocol, as any client could: ListOffsets EARLIEST (-2, ``Rx`` once anything is
 EARLIEST_LOCAL (-4, ``Lx``), LATEST_TIERED (-5, ``Ry``) and LATEST (-1, ``Lz``); DescribeLogDirs
 for the remote tier's log dir (remote bytes, tiering lag, and in tagged fields the segment count,
 the offsets the brokers deleted before they were tiered, the offsets cut back from the remote tier
-because the cluster's log replaced them, and the KIP-950 state)."""
+because the cluster's log replaced them, and the KIP-950 state).
+
+``describe --cost``: each tiered topic's last hour of remote-tier cost, as the proxy prices it
+(``tiering.cost``; a tagged field per topic of the same log dir): the requests and bytes it sent
+for the topic in the last hour, one hour of the topic's storage, and a month projected as that
+hour x 730. Prices given to describe (``--config``, ``--set``) price the proxy's counts instead.
+With ``--metadata`` it also works when no proxy answers: from the metadata store alone, storage
+only (request counts live in a running proxy)."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import socket
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA
@@ -26,8 +37,20 @@ from protocol.remote_log_dir import (
     TAG_TIERED_BY,
     TAG_TIERING_STATE,
 )
+from proxy.config import ConfigError, load_properties, resolve_references
 from tiering.broker_client import AuthenticationRequiredError, BrokerClient, BrokerClientError
 from tiering.client_security import ClientSecurity
+from tiering.cost import (
+    HOURS_PER_MONTH,
+    PRICE_CURRENCY_CONFIG,
+    TAG_TOPIC_COST,
+    Prices,
+    TopicCost,
+    decode_topic_cost,
+    money,
+    topic_cost,
+    window_text,
+)
 
 LIST_OFFSETS_VERSION = 9  # the first with LATEST_TIERED; the proxy offers it whatever the broker
 METADATA_VERSION = 12  # the newest BrokerClient speaks
@@ -40,6 +63,10 @@ class DescribeError(Exception):
     """describe cannot show a true picture: nothing answers, a broker answers instead of the
     proxy, the topic does not exist, or an answer carries an error code. One line, for the
     operator."""
+
+
+class NoProxyError(DescribeError):
+    """No tiered-proxy answers at the address: nothing does, or a broker does."""
 
 
 @dataclass
@@ -124,14 +151,14 @@ def _unreachable(bootstrap: str, error: BrokerClientError) -> DescribeError:
             if isinstance(error, AuthenticationRequiredError):
                 return DescribeError(f"{error}: pass the cluster's client settings (security.protocol, sasl.*) "
                                      "with --command-config")
-            return DescribeError(f"{address} does not answer as Kafka ({error}); describe needs the address "
-                                 "of a running tiered-proxy")
-    return DescribeError(f"nothing answers at {'; '.join(reasons)}: describe needs the address of a running "
+            return NoProxyError(f"{address} does not answer as Kafka ({error}); describe needs the address "
+                                "of a running tiered-proxy")
+    return NoProxyError(f"nothing answers at {'; '.join(reasons)}: describe needs the address of a running "
                          "tiered-proxy")
 
 
 def _not_the_proxy(bootstrap: str) -> DescribeError:
-    return DescribeError(f"{bootstrap} answers as a Kafka broker, not as tiered-proxy: describe needs the proxy's "
+    return NoProxyError(f"{bootstrap} answers as a Kafka broker, not as tiered-proxy: describe needs the proxy's "
                          "address (it cannot see the remote tier through a broker)")
 
 
@@ -167,10 +194,11 @@ def _topics(client: BrokerClient, node: int, topic: str | None) -> dict[str, dic
     return found
 
 
-def _remote_log_dir(client: BrokerClient, node: int,
-                    bootstrap: str) -> dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str]]:
+def _remote_log_dir(client: BrokerClient, node: int, bootstrap: str, costs: dict[str, TopicCost] | None = None,
+                    ) -> dict[tuple[str, int | None], tuple[str, int, int, int, int, int, str]]:
     """(topic, partition) -> (state, segments, bytes, lag, offsets lost, offsets diverged, who tiers
-    the topic); (topic, None) -> the topic's state and who tiers it.
+    the topic); (topic, None) -> the topic's state and who tiers it. ``costs``: filled with each
+    topic's last hour where the proxy reports it.
     The proxy offers ListOffsets LATEST_TIERED and adds a ``remote:`` log dir to DescribeLogDirs
     whatever the broker; anything that does neither is not the proxy."""
     list_offsets = client.supported(node, LIST_OFFSETS)
@@ -193,6 +221,9 @@ def _remote_log_dir(client: BrokerClient, node: int,
             raw_owner = (t.get("_unknown_tags") or {}).get(TAG_TIERED_BY)
             owner = raw_owner.decode() if raw_owner else "-"
             found[(t["name"], None)] = (state, 0, 0, 0, 0, 0, owner, -1)
+            raw_cost = (t.get("_unknown_tags") or {}).get(TAG_TOPIC_COST)
+            if costs is not None and raw_cost:
+                costs[t["name"]] = decode_topic_cost(t["name"], raw_cost)
             for p in t["partitions"]:
                 tags = p.get("_unknown_tags") or {}
                 raw_count, raw_loss = tags.get(TAG_SEGMENT_COUNT), tags.get(TAG_DATA_LOSS)
@@ -217,3 +248,139 @@ def format_rows(rows: list[PartitionRow]) -> str:
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+# -- describe --cost --------------------------------------------------------------------------------
+
+
+def describe_costs(bootstrap: str, topic: str | None = None, security: ClientSecurity | None = None) -> list[TopicCost]:
+    """Each tiered topic's last hour as the proxy at ``bootstrap`` reports it (the topics its
+    remote log dir lists; ``topic``: that one, which must exist). NoProxyError when no proxy
+    answers there."""
+    client = BrokerClient(bootstrap, security=security)
+    try:
+        try:
+            client.metadata([])
+        except BrokerClientError as e:
+            raise _unreachable(bootstrap, e) from None
+        if not client.brokers:
+            raise DescribeError(f"{bootstrap} answered Metadata with no brokers")
+        node = min(client.brokers)
+        costs: dict[str, TopicCost] = {}
+        listed = {name for name, _ in _remote_log_dir(client, node, bootstrap, costs)}
+        if topic is not None:
+            _topics(client, node, topic)  # says so when it does not exist
+        wanted = sorted(listed if topic is None else listed & {topic})
+        missing = [name for name in wanted if name not in costs]
+        if missing:
+            raise DescribeError(f"the proxy at {bootstrap} reports no cost for {missing[0]} (a tiered-proxy from before "
+                                "costs per topic)")
+        return [costs[name] for name in wanted]
+    finally:
+        client.close()
+
+
+def stored_costs(metadata_uri: str, bootstrap: str | None, security: ClientSecurity | None, prices: Prices,
+                 topic: str | None = None) -> list[TopicCost]:
+    """Each topic's hour of storage from the metadata store alone (no request counts: those live
+    in a running proxy)."""
+    from tiering.metadata.view import load_metadata
+    from tiering.topic_costs import stored_bytes_by_topic
+
+    state = load_metadata(metadata_uri, bootstrap, security=security)
+    held = stored_bytes_by_topic(list(state.partitions), state.finished)
+    return [topic_cost(name, {}, stored, 0.0, prices) for name, stored in sorted(held.items())
+            if topic is None or name == topic]
+
+
+def format_costs(rows: list[TopicCost], with_requests: bool = True) -> str:
+    """One line per topic: the last hour's counts and cost, and a month projected (x 730)."""
+    header = ("TOPIC", "GET", "PUT", "DELETE", "LIST", "BYTES-READ", "BYTES-WRITTEN", "STORED-BYTES", "REQUESTS",
+              "TRANSFER", "STORAGE", "HOUR", f"MONTH(x{HOURS_PER_MONTH})")
+    lines = [header]
+    for c in rows:
+        counts = [str(c.counts.get(k, 0)) if with_requests else "-"
+                  for k in ("GET", "PUT", "DELETE", "LIST", "bytes_read", "bytes_written")]
+        lines.append((c.topic, *counts, str(c.stored_bytes), money(c.hour.requests) if with_requests else "-",
+                      money(c.hour.transfer) if with_requests else "-", money(c.hour.storage), money(c.hour.total),
+                      money(c.month.total)))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``describe``'s own arguments (the CLI adds ``--command-config``)."""
+    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT",
+                        help="the proxy (not a broker: only the proxy sees the remote tier); required unless "
+                             "--cost reads a file:// metadata store")
+    parser.add_argument("--topic", help="only this topic")
+    parser.add_argument("--cost", action="store_true",
+                        help="each tiered topic's remote-tier cost: the last hour (requests, bytes, one hour of "
+                             "storage) and a month projected (x 730)")
+    parser.add_argument("--metadata", metavar="URI",
+                        help="with --cost, when no proxy answers: the metadata store (file:///DATA_DIR/metadata or "
+                             "topic://NAME), for the storage cost alone")
+    parser.add_argument("--config", type=Path, metavar="FILE.properties",
+                        help="with --cost: prices (remote.log.storage.price.*) to price with instead of the proxy's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --cost: one price key, as in --config (repeatable)")
+
+
+_PRICE_KEYS = frozenset((*Prices.KEYS.values(), PRICE_CURRENCY_CONFIG))
+
+
+def _price_props(args: argparse.Namespace) -> dict[str, str]:
+    """The price keys of ``--config`` (the proxy's own properties: its other keys are not
+    describe's business) and ``--set`` (price keys only)."""
+    props = resolve_references(load_properties(args.config)) if args.config else {}
+    props = {k: v for k, v in props.items() if k in _PRICE_KEYS}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        if key.strip() not in _PRICE_KEYS:
+            raise ConfigError(f"describe --set takes the price keys (remote.log.storage.price.*), not {key.strip()!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def run(args: argparse.Namespace, security: ClientSecurity | None = None) -> int:
+    """``tiered-proxy describe``: 0, or 1 with one line on stderr; a bad price is a ValueError
+    (a configuration error)."""
+    try:
+        if not args.cost:
+            if not args.bootstrap_servers:
+                raise ConfigError("describe needs --bootstrap-servers (the proxy)")
+            print(format_rows(describe(args.bootstrap_servers, args.topic, security)))
+            return 0
+        props = _price_props(args)
+        prices = Prices.from_config(props)
+        if not args.bootstrap_servers and not args.metadata:
+            raise ConfigError("describe --cost needs --bootstrap-servers (the proxy) or --metadata (its store)")
+        try:
+            if not args.bootstrap_servers:
+                raise NoProxyError("no proxy named (--bootstrap-servers)")
+            rows = describe_costs(args.bootstrap_servers, args.topic, security)
+        except NoProxyError as e:
+            if not args.metadata:
+                raise
+            rows = stored_costs(args.metadata, args.bootstrap_servers, security, prices, args.topic)
+            print(format_costs(rows, with_requests=False))
+            why = re.split(r"[:;] describe needs", str(e), maxsplit=1)[0]  # the reason, not the advice
+            print(f"{why}; from the metadata store {args.metadata}: storage only, one hour at "
+                  f"{prices.storage_gb_month:g} {prices.currency} per GB-month (HOUR), a month projected as that hour "
+                  f"x {HOURS_PER_MONTH}; request costs need a running proxy", file=sys.stderr)
+            return 0
+        if props:
+            rows = [topic_cost(c.topic, c.counts, c.stored_bytes, c.window_s, prices) for c in rows]
+        print(format_costs(rows))
+        window = min((c.window_s for c in rows), default=3600.0)
+        print(f"cost in {rows[0].currency if rows else prices.currency}, "
+              + ("at the prices given" if props else "as the proxy prices it")
+              + f": HOUR is the last hour, the requests and bytes the proxy at {args.bootstrap_servers} sent to the "
+              f"remote tier for each topic in {window_text(window)} plus one hour of its storage; "
+              f"MONTH is projected, the last hour x {HOURS_PER_MONTH}", file=sys.stderr)
+        return 0
+    except (BrokerClientError, DescribeError, OSError) as e:
+        print(f"tiered-proxy: {e}", file=sys.stderr)
+        return 1

@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 from proxy.chain import Core
 from proxy.status_page import ArchiveRow, Bucket, BudgetState, StatusSnapshot, TierRequests
+from tiering.cost import OTHER, TopicCost, TopicLabels
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.status import BrokerOffsets, tiers_view
+from tiering.topic_costs import TopicCosts
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +110,35 @@ def _sum_key(counts: Mapping[str, Mapping[str, int]], key: str) -> int:
     return sum(c.get(key, 0) for c in counts.values())
 
 
+def cost_rows(table: list[TopicCost], labels: TopicLabels) -> list[TopicCost]:
+    """The topics' last hour with the topics past the label cap summed under ``other`` (as the
+    metrics sum them), the costliest first, ``other`` last."""
+    rows: dict[str, TopicCost] = {}
+    for c in table:
+        label = labels.label(c.topic)
+        if label != OTHER or label not in rows:
+            rows[label] = c if label == c.topic else TopicCost(OTHER, dict(c.counts), c.stored_bytes, c.window_s,
+                                                               c.hour, c.currency)
+            continue
+        was = rows[label]
+        counts = {k: was.counts.get(k, 0) + c.counts.get(k, 0) for k in {*was.counts, *c.counts}}
+        rows[label] = TopicCost(OTHER, counts, was.stored_bytes + c.stored_bytes, c.window_s, was.hour + c.hour,
+                                c.currency)
+    return sorted(rows.values(), key=lambda c: (c.topic == OTHER, -c.hour.total, c.topic))
+
+
 class StatusSource:
     """Gathers a :class:`StatusSnapshot` from the core, the tiering service and the read counters."""
 
     def __init__(self, core: Core, tiering: TieringService | None, reads: RemoteReadCounters | None,
-                 reader: RemoteReader | None, bucket_s: float = BUCKET_S, window_s: float = WINDOW_S) -> None:
+                 reader: RemoteReader | None, bucket_s: float = BUCKET_S, window_s: float = WINDOW_S,
+                 costs: TopicCosts | None = None, labels: TopicLabels | None = None) -> None:
         self.core = core
         self.tiering = tiering
         self.reads = reads
         self.reader = reader
+        self.costs = costs  # each topic's last hour of remote-tier cost (the metrics' too)
+        self.labels = labels or TopicLabels()
         self.ring = ActivityRing(self.totals, bucket_s, window_s)
         self.brokers = BrokerOffsets(core.config.bootstrap, tiering.manager.security) \
             if tiering is not None else None
@@ -167,7 +189,10 @@ class StatusSource:
             partitions=view.partitions if view is not None else [], topics=view.topics if view is not None else {},
             owners=view.owners if view is not None else {},
             tier=tier, activity=self.ring.buckets(), bucket_seconds=self.ring.bucket_s,
-            window_seconds=self.ring.window_s, budgets=budgets, archives=self._archives())
+            window_seconds=self.ring.window_s, budgets=budgets, archives=self._archives(),
+            costs=cost_rows(self.costs.table(), self.labels) if self.costs is not None else (),
+            prices=self.costs.prices if self.costs is not None else None,
+            cost_window_s=self.costs.window_s() if self.costs is not None else 0.0)
 
     def _archives(self) -> list[ArchiveRow]:
         rows = []

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.chain import BrokerSeen
+from tiering.cost import HOURS_PER_MONTH, OTHER, Prices, TopicCost, money, window_text
 from tiering.status import FROM_BROKERS, FROM_COPIER, PartitionTiers
 
 REFRESH_S = 5
@@ -86,6 +87,9 @@ class StatusSnapshot:
     window_seconds: float = 600.0
     budgets: Sequence[BudgetState] = ()
     archives: Sequence[ArchiveRow] = ()
+    costs: Sequence[TopicCost] = ()  # each topic's last hour, the costliest first, "other" last
+    prices: Prices | None = None  # None: no remote tier, no cost section
+    cost_window_s: float = 0.0  # the seconds the last hour's requests cover
 
 
 def _e(value: object) -> str:
@@ -361,6 +365,44 @@ def _tier(s: StatusSnapshot) -> str:
             "</p></section>")
 
 
+_COST_COLUMNS = (("get", "GET"), ("put", "PUT"), ("delete", "DELETE"), ("list", "LIST"), ("bytes-read", "bytes read"),
+                 ("bytes-written", "bytes written"), ("stored-bytes", "stored bytes"), ("requests", "requests"),
+                 ("transfer", "transfer"), ("storage", "storage"), ("hour", "last hour"),
+                 ("month", f"month (last hour x {HOURS_PER_MONTH})"))
+
+
+def cost_cells(c: TopicCost) -> list[tuple[str, str]]:
+    """A topic's row of the cost table, as (class, text): the numbers ``describe --cost`` prints."""
+    counts = c.counts
+    return [("get", str(counts.get("GET", 0))), ("put", str(counts.get("PUT", 0))),
+            ("delete", str(counts.get("DELETE", 0))), ("list", str(counts.get("LIST", 0))),
+            ("bytes-read", str(counts.get("bytes_read", 0))), ("bytes-written", str(counts.get("bytes_written", 0))),
+            ("stored-bytes", str(c.stored_bytes)), ("requests", money(c.hour.requests)),
+            ("transfer", money(c.hour.transfer)), ("storage", money(c.hour.storage)), ("hour", money(c.hour.total)),
+            ("month", money(c.month.total))]
+
+
+def _costs(s: StatusSnapshot) -> str:
+    if s.prices is None:
+        return ""
+    p = s.prices
+    rows = "".join(f'<tr class="cost" data-topic="{_e(c.topic)}"><td class="topic">{_e(c.topic)}</td>'
+                   + "".join(f'<td class="num {cls}">{_e(text)}</td>' for cls, text in cost_cells(c)) + "</tr>"
+                   for c in s.costs)
+    body = rows or f'<tr><td colspan="{1 + len(_COST_COLUMNS)}">No request for a topic and nothing stored yet.</td></tr>'
+    head = "<tr><th>topic</th>" + "".join(f"<th>{_e(title)}</th>" for _, title in _COST_COLUMNS) + "</tr>"
+    note = (f"The last hour of each topic: the requests and bytes this process sent to the remote tier for it in "
+            f"{window_text(s.cost_window_s)}, at {p.get_per_1000:g} per 1,000 GET, {p.put_per_1000:g} per 1,000 PUT, "
+            f"{p.list_per_1000:g} per 1,000 LIST, {p.delete_per_1000:g} per 1,000 DELETE, {p.transfer_out_per_gb:g} "
+            f"per GB read and {p.transfer_in_per_gb:g} per GB written; and one hour of its storage: its copied "
+            f"segments' stored bytes at {p.storage_gb_month:g} per GB-month, a month being {HOURS_PER_MONTH} "
+            f"hours (GB: 2^30 bytes). The month is projected: the last hour x {HOURS_PER_MONTH}. Requests for no "
+            f"topic (manifests, key checks, listings of the bucket) are in the remote tier's totals above only. "
+            f"Topics past proxy.metrics.topic.label.max are summed under {OTHER}, as in the metrics.")
+    return (f'<section id="costs"><h2>Remote tier cost per topic ({_e(p.currency)})</h2><p class="note">{_e(note)}'
+            f'</p><table class="costs"><thead>{head}</thead><tbody>{body}</tbody></table></section>')
+
+
 def _archives(s: StatusSnapshot) -> str:
     if not s.archives:
         return ""
@@ -400,5 +442,5 @@ def render(s: StatusSnapshot) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="refresh" content="{REFRESH_S}"><link rel="icon" href="data:,">'
             f"<title>tiered-proxy status</title><style>{_STYLE}</style></head><body>"
-            f"{_header(s)}{_brokers(s)}{_partitions(s)}{_archives(s)}{_activity(s)}{_tier(s)}{_budgets(s)}"
+            f"{_header(s)}{_brokers(s)}{_partitions(s)}{_archives(s)}{_activity(s)}{_tier(s)}{_costs(s)}{_budgets(s)}"
             "</body></html>\n")

@@ -36,11 +36,13 @@ from protocol.apis import all_apis
 from proxy.chain import Core, CoreMetrics, Filter
 from proxy.status import RemoteReadCounters, StatusSource
 from proxy.status_page import render
+from tiering.cost import HOURS_PER_MONTH, Cost, Prices, TopicLabels, topic_label_max_from_config
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
 from tiering.status import segments_stored_bytes
-from tiering.storage.api import StorageRequests
+from tiering.storage.api import BYTES_READ, BYTES_WRITTEN, KINDS, StorageRequests
 from tiering.storage.object_layout import ObjectStorage
+from tiering.topic_costs import TopicCosts
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +94,56 @@ def _storage_request_metrics(tier: str, counts: StorageRequests) -> Iterator:
     yield from (sent, failed, moved)
 
 
+def _cost_metrics(requests: StorageRequests, costs: TopicCosts, labels: TopicLabels) -> Iterator:
+    """Per topic (at most ``proxy.metrics.topic.label.max`` labels, the rest summed under
+    ``other``): requests and bytes since start, and the last hour's cost and a month projected."""
+    sent = CounterMetricFamily("tiered_proxy_remote_topic_requests", "Requests sent to the remote tier for a topic, "
+                               "by kind (GET, PUT, DELETE, LIST), retries included", labels=["topic", "kind"])
+    moved = CounterMetricFamily("tiered_proxy_remote_topic_bytes", "Bytes read from and written to the remote tier "
+                                "for a topic", labels=["topic", "direction"])
+    counted: dict[str, dict[str, int]] = {}
+    for topic, counts in requests.by_topic().items():  # labels go to the topics that asked first
+        into = counted.setdefault(labels.label(topic), {})
+        for key, n in counts.items():
+            into[key] = into.get(key, 0) + n
+    for label, counts in counted.items():
+        for kind in KINDS:
+            sent.add_metric([label, kind], counts.get(kind, 0))
+        moved.add_metric([label, "read"], counts.get(BYTES_READ, 0))
+        moved.add_metric([label, "written"], counts.get(BYTES_WRITTEN, 0))
+    currency = costs.prices.currency
+    priced = GaugeMetricFamily("tiered_proxy_remote_topic_cost", "A topic's remote-tier cost: its requests and "
+                               "bytes in the last hour and one hour of its storage (window=hour), and a month "
+                               "projected as that hour x 730 (window=month), in the configured prices' currency",
+                               labels=["topic", "window", "part", "currency"])
+    hours: dict[str, Cost] = {}
+    for c in costs.table():
+        label = labels.label(c.topic)
+        hours[label] = hours.get(label, Cost()) + c.hour
+    for label, hour in hours.items():
+        for window, figure in (("hour", hour), ("month", hour.scaled(HOURS_PER_MONTH))):
+            for part in ("requests", "transfer", "storage"):
+                priced.add_metric([label, window, part, currency], getattr(figure, part))
+    window = GaugeMetricFamily("tiered_proxy_remote_cost_window_seconds", "Seconds of requests the last hour's "
+                               "costs count (less than 3600 while the process is younger)", value=costs.window_s())
+    folded = GaugeMetricFamily("tiered_proxy_remote_topics_in_other", "Topics past proxy.metrics.topic.label.max, "
+                               "summed under topic=\"other\"", value=labels.folded)
+    yield from (sent, moved, priced, window, folded)
+
+
 def _object_stores(tiering: TieringService) -> list[ObjectStorage]:
     stores = [tiering.storage] + [a.storage for a in tiering.archives if a.storage is not tiering.storage]
     return [s for s in stores if isinstance(s, ObjectStorage)]
 
 
 class ProxyCollector(Collector):
-    def __init__(self, core: CoreMetrics, tiering: TieringService | None, reads: RemoteReadCounters | None) -> None:
+    def __init__(self, core: CoreMetrics, tiering: TieringService | None, reads: RemoteReadCounters | None,
+                 costs: TopicCosts | None = None, labels: TopicLabels | None = None) -> None:
         self.core = core
         self.tiering = tiering
         self.reads = reads
+        self.costs = costs
+        self.labels = labels or TopicLabels()
 
     def collect(self) -> Iterator:
         yield from self._proxy_metrics()
@@ -211,6 +253,8 @@ class ProxyCollector(Collector):
                                       "remote tier (where the Fetch's own answer had none)",
                                       value=reads.log_end_questions)
         yield from _storage_request_metrics(tiering.storage_uri.split("?", 1)[0], tiering.storage.requests)
+        if self.costs is not None:
+            yield from _cost_metrics(tiering.storage.requests, self.costs, self.labels)
         yield from _archive_metrics(tiering)
         busy, pool = tiering.manager.pool_state()
         yield GaugeMetricFamily("kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
@@ -309,16 +353,28 @@ class PrometheusMetrics(Filter):
         self._names = {key: spec.name for key, spec in all_apis().items()}
         self.server: WSGIServer | None = None
         self.status: StatusSource | None = None
+        # Per-topic costs (the prices and the label cap are the configuration's from ``start``),
+        # and the topics with labels of their own, shared by the metrics and the status page.
+        self.costs = TopicCosts(tiering.storage.requests, tiering.metadata, Prices()) if tiering is not None else None
+        self.labels = TopicLabels()
 
     def register(self, core: CoreMetrics) -> None:
         """The collectors read at each scrape (apart from ``start`` so tests can list them)."""
-        self.registry.register(ProxyCollector(core, self.tiering, self.reads))
+        self.registry.register(ProxyCollector(core, self.tiering, self.reads, self.costs, self.labels))
         ProcessCollector(registry=self.registry)
 
+    def configure(self, props: dict[str, str]) -> None:
+        """The prices (``remote.log.storage.price.*``) and the label cap from the configuration;
+        a CostConfigError (a configuration error) names a key whose value cannot work."""
+        if self.costs is not None:
+            self.costs.prices = Prices.from_config(props)
+        self.labels.limit = topic_label_max_from_config(props)
+
     def start(self, core: Core) -> None:
+        self.configure(core.config.extra)
         self.register(core.metrics)
         core.on_request_done(self.observe)
-        self.status = StatusSource(core, self.tiering, self.reads, self.reader)
+        self.status = StatusSource(core, self.tiering, self.reads, self.reader, costs=self.costs, labels=self.labels)
         status = self.status
         host, port = self.listen
         try:

@@ -14,11 +14,10 @@ STATIC_BROKER_CONFIG where the proxy's properties set it), whatever the broker l
 keys. Broker configs count as a topic's own only as ``tiering.topic_configs.BrokerTopicConfigs``
 says (never a broker's defaults).
 
-DeleteRecords moves the remote log start too (segments wholly below it are deleted by the
-copier); DeleteTopics marks the topic's remote partitions for deletion, which the remote log
-manager carries out. DescribeLogDirs gains one log dir for the remote tier (``remote:`` plus the
-storage URI): per partition the remote bytes and the tiering lag in offsets, plus, in tagged
-fields only this proxy's ``describe`` reads, the segment count and the KIP-950 state.
+DeleteRecords moves the remote log start too (the copier deletes segments wholly below it);
+DeleteTopics marks the topic's remote partitions for deletion. DescribeLogDirs gains a log dir for
+the remote tier (``remote:`` + storage URI): per partition remote bytes and tiering lag, and in tagged
+fields only our ``describe`` reads, segment counts, KIP-950 states and each topic's last hour of cost.
 """
 
 from __future__ import annotations
@@ -68,6 +67,7 @@ from tiering.topic_configs import (
     transition,
     validate,
 )
+from tiering.topic_costs import TopicCosts
 from tiering.topic_owner import REMOTE_LOG_COPY_DISABLE, BrokerTiering, ownership_conflict, set_on_topic
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class TopicAdmin(Filter):
         self.tiering = tiering
         self.reader = reader  # the remote log start (Rx) of tiered partitions
         self.defaults = tiering.manager.config
+        self.costs = TopicCosts.from_config(tiering.storage.requests, tiering.metadata, config.extra)
         self._broker = BrokerClient(config.bootstrap, security=tiering.manager.security)
         self._broker_lock = threading.Lock()  # one request at a time on the helper client
         self._handlers = {
@@ -490,6 +491,7 @@ class TopicAdmin(Filter):
             if version >= 2:
                 text = state_text(self.tiering, name)
                 topic["_unknown_tags"] = {TAG_TIERED_BY: owner_text(self.tiering, name).encode()}
+                topic["_unknown_tags"].update(self.costs.tags(name))  # its last hour of cost
                 if text != "-":
                     topic["_unknown_tags"][TAG_TIERING_STATE] = text.encode()
             topics.append(topic)

@@ -4,8 +4,9 @@ a proxy in front of the session's Apache Kafka, with two tiered topics whose old
 only in the remote tier. Per partition the page's Rx, Ry, Lx, Lz and segment count equal what
 ``tiered-proxy describe`` reports through the same proxy; the topic names in the rendered DOM are
 exactly the names (text, no element inside); the browser logs no error; and a screenshot is kept
-(under the test's tmp dir, copied to tests/artifacts/status-page.png). Escaping of names Kafka
-would refuse (``<script>``) is proven on the renderer: tests/unit/test_status_page.py."""
+(under the test's tmp dir, copied to tests/artifacts/status-page.png); and each topic's cost on
+the page equals what ``tiered-proxy describe --cost`` reports. Escaping of names Kafka would refuse
+(``<script>``) is proven on the renderer: tests/unit/test_status_page.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.describe import PartitionRow, describe
+from proxy.describe import PartitionRow, describe, describe_costs
+from proxy.status_page import cost_cells
 from tests.admin_clients import Admin
 from tests.clients import consume_records
 from tests.kafka_cluster import stop_processes, track_process
@@ -47,6 +49,13 @@ return Array.from(document.querySelectorAll('tr.partition')).map(row => {
           lz: cell('lz'), segments: cell('segments'), lag: cell('lag'), remoteBytes: cell('remote-bytes'),
           lost: cell('lost'), diverged: cell('diverged'), bars: row.querySelectorAll('svg.bar rect').length};
 });
+"""
+
+
+# Per topic row of the cost table: the text of each of its cells, by class.
+READ_COSTS = """
+return Array.from(document.querySelectorAll('tr.cost')).map(row => [row.dataset.topic,
+  Object.fromEntries(Array.from(row.querySelectorAll('td.num')).map(td => [td.classList[1], td.textContent]))]);
 """
 
 
@@ -142,8 +151,25 @@ def test_the_status_page_shows_what_describe_shows(tiered_proxy, tmp_path: Path)
             # The names are text: no element inside the cell, and the attribute reads back the same.
             assert row["topicChildren"] == 0 and row["dataTopic"] == row["topic"], row
             assert row["bars"] >= 4  # track, remote, local, overlap
+        # Each topic's last hour of cost: the figures describe --cost prints, the topic read from
+        # offset 0 with GETs, the other with none.
+        deadline = time.monotonic() + 30
+        while True:
+            costs = {c.topic: {cls: text for cls, text in cost_cells(c)} for c in describe_costs(proxy.bootstrap)
+                     if c.topic in topics}
+            shown = {topic: cells for topic, cells in driver.execute_script(READ_COSTS) if topic in topics}
+            if (shown == costs and costs == {c.topic: {cls: text for cls, text in cost_cells(c)}
+                                             for c in describe_costs(proxy.bootstrap) if c.topic in topics}) \
+                    or time.monotonic() >= deadline:
+                break
+            time.sleep(1)
+            driver.refresh()
+        assert shown == costs and set(costs) == set(topics)
+        assert int(costs[topics[0]]["get"]) > 0 and costs[topics[1]]["get"] == "0", costs
+        assert all(int(cells["put"]) > 0 and int(cells["stored-bytes"]) > 0 for cells in costs.values())
         text = driver.find_element("tag name", "body").text
         assert "One proxy process" in text and "Remote tier" in text
+        assert "Remote tier cost per topic (USD)" in text and "the last hour x 730" in text
         # (Copy errors may be counted: a new topic's leader can refuse the copier's first ListOffsets.)
         assert "0 remote read errors" in text and "0 failed remote store requests" in text
         served = driver.execute_script(

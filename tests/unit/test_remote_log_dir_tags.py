@@ -14,6 +14,7 @@ from protocol.remote_log_dir import TAG_DATA_LOSS, TAG_DIVERGENCE, TAG_SEGMENT_C
 from proxy.describe import PartitionRow, _remote_log_dir, format_rows
 from proxy.filters.topic_admin import TopicAdmin
 from tests.unit.test_describe_errors import _Answers
+from tiering.cost import Prices
 from tiering.metadata.journal_store import FileMetadataStore
 from tiering.model import (
     RemoteLogDivergence,
@@ -23,6 +24,8 @@ from tiering.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tiering.storage.api import StorageRequests
+from tiering.topic_costs import TopicCosts
 from tiering.topic_owner import TieredBy
 
 TOPIC_ID = uuid.UUID(int=11)
@@ -42,6 +45,7 @@ def _admin(store: FileMetadataStore) -> TopicAdmin:
     admin = object.__new__(TopicAdmin)
     manager = SimpleNamespace(lag=dict, brokers_hold=frozenset(), tiered_by=lambda _: TieredBy.PROXY)
     admin.tiering = SimpleNamespace(metadata=store, manager=manager, storage_uri="file:///r")  # type: ignore[assignment]
+    admin.costs = TopicCosts(StorageRequests(), store, Prices())
     return admin
 
 

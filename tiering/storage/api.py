@@ -8,10 +8,15 @@ local-folder and the S3 store).
 
 from __future__ import annotations
 
+import collections
+import contextvars
 import dataclasses
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from tiering.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
@@ -48,43 +53,131 @@ class CustomMetadataTooLargeError(RemoteStorageError):
 
 
 
+# The topic the calling thread's storage requests are for: set by RemoteStorageManager's public
+# methods around their work, read where requests are counted (the local folder's file operations,
+# botocore's event hooks), which run on the calling thread. A thread the work is handed to gets it
+# by running in a copy of the caller's context (contextvars.copy_context().run).
+_topic: contextvars.ContextVar[str | None] = contextvars.ContextVar("remote_storage_topic", default=None)
+
+BYTES_READ = "bytes_read"
+BYTES_WRITTEN = "bytes_written"
+KINDS = ("GET", "PUT", "DELETE", "LIST")  # the request classes object stores bill by
+MINUTE_S = 60
+RECENT_MINUTES = 60  # the per-minute ring: the last hour
+
+
+@contextmanager
+def topic_requests(topic: str | None) -> Iterator[None]:
+    """Counts the storage requests the calling thread makes meanwhile for ``topic``."""
+    token = _topic.set(topic)
+    try:
+        yield
+    finally:
+        _topic.reset(token)
+
+
+def current_topic() -> str | None:
+    """The topic the calling thread's storage requests count for now (None: no topic)."""
+    return _topic.get()
+
+
 class StorageRequests:
     """Requests a remote tier was sent, by kind (``GET``, ``PUT``, ``DELETE``, ``LIST``: the classes
     object stores bill by), every attempt counted (a retried request is billed twice), those that
-    failed (a server error, throttling, or no answer), and the bytes read and written."""
+    failed (a server error, throttling, or no answer), and the bytes read and written.
 
-    def __init__(self) -> None:
+    Besides the totals, each request and byte moved is counted for the topic the calling thread
+    works for (:func:`topic_requests`; requests for no topic, such as manifests, key checks and
+    listings of the bucket, count in the totals only): since start (:meth:`by_topic`) and per
+    minute over the last hour (:meth:`recent`), a ring of minutes holding only the topics active in
+    each minute."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._requests: dict[str, int] = {}
         self._failures: dict[str, int] = {}
         self.bytes_read = 0
         self.bytes_written = 0
+        self._clock = clock
+        self.started = clock()
+        self._by_topic: dict[str, dict[str, int]] = {}  # in the order topics first made a request
+        self._minutes: collections.deque[tuple[int, dict[str, dict[str, int]]]] = collections.deque(
+            maxlen=RECENT_MINUTES)
+
+    def _count_topic(self, topic: str, key: str, n: int) -> None:
+        """Under the lock."""
+        counts = self._by_topic.get(topic)
+        if counts is None:
+            counts = self._by_topic[topic] = {}
+        counts[key] = counts.get(key, 0) + n
+        minute = int(self._clock() // MINUTE_S)
+        if not self._minutes or self._minutes[-1][0] != minute:
+            self._minutes.append((minute, {}))
+        bucket = self._minutes[-1][1].get(topic)
+        if bucket is None:
+            bucket = self._minutes[-1][1][topic] = {}
+        bucket[key] = bucket.get(key, 0) + n
 
     def sent(self, kind: str) -> None:
+        topic = _topic.get()
         with self._lock:
             self._requests[kind] = self._requests.get(kind, 0) + 1
+            if topic is not None:
+                self._count_topic(topic, kind, 1)
 
     def failed(self, kind: str) -> None:
         with self._lock:
             self._failures[kind] = self._failures.get(kind, 0) + 1
 
     def moved(self, *, read: int = 0, written: int = 0) -> None:
+        topic = _topic.get()
         with self._lock:
             self.bytes_read += read
             self.bytes_written += written
+            if topic is not None:
+                if read:
+                    self._count_topic(topic, BYTES_READ, read)
+                if written:
+                    self._count_topic(topic, BYTES_WRITTEN, written)
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], int, int]:
         """(requests by kind, failures by kind, bytes read, bytes written)."""
         with self._lock:
             return dict(self._requests), dict(self._failures), self.bytes_read, self.bytes_written
 
+    def by_topic(self) -> dict[str, dict[str, int]]:
+        """Topic -> requests by kind and ``bytes_read``, ``bytes_written``, since start; topics in
+        the order they first made a request."""
+        with self._lock:
+            return {topic: dict(counts) for topic, counts in self._by_topic.items()}
+
+    def recent(self, seconds: float = RECENT_MINUTES * MINUTE_S) -> tuple[dict[str, dict[str, int]], float]:
+        """The counts of :meth:`by_topic` over the whole minutes of the last ``seconds`` (at most an
+        hour), the current minute included, and the seconds they cover: less than ``seconds`` while
+        the process is younger."""
+        minutes = max(1, min(int(seconds // MINUTE_S), RECENT_MINUTES))
+        with self._lock:
+            now = self._clock()
+            first = int(now // MINUTE_S) - minutes + 1
+            out: dict[str, dict[str, int]] = {}
+            for minute, topics in self._minutes:
+                if minute < first:
+                    continue
+                for topic, counts in topics.items():
+                    into = out.setdefault(topic, {})
+                    for key, n in counts.items():
+                        into[key] = into.get(key, 0) + n
+            covered = now - max(self.started, first * MINUTE_S)
+        return out, max(covered, 0.0)
+
 
 class RemoteStorageManager(ABC):
     """KIP-405's RemoteStorageManager, synchronous.
 
-    The public methods validate arguments and enforce KIP-917; subclasses implement the ``_``
-    methods. Copy and delete are idempotent: copying the same segment again overwrites its objects,
-    and deleting a segment that is (partly or wholly) gone succeeds.
+    The public methods validate arguments and enforce KIP-917, and count the requests they make
+    for the segment's topic (``requests``); subclasses implement the ``_`` methods. Copy and delete
+    are idempotent: copying the same segment again overwrites its objects, and deleting a segment
+    that is (partly or wholly) gone succeeds.
     """
 
     def __init__(self, *, custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES) -> None:
@@ -103,6 +196,10 @@ class RemoteStorageManager(ABC):
         deletes the segment, and doing it here means no caller can forget to.
         """
         self._check_open()
+        with topic_requests(metadata.topic_id_partition.topic):
+            return self._copy_checked(metadata, data)
+
+    def _copy_checked(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         custom = self._copy_log_segment_data(metadata, data)
         if custom is not None and len(custom) > self.custom_metadata_max_bytes:
             try:
@@ -138,18 +235,21 @@ class RemoteStorageManager(ABC):
             raise ValueError(f"start_position must be >= 0, got {start_position}")
         if end_position is not None and end_position < start_position:
             raise ValueError(f"end_position {end_position} is before start_position {start_position}")
-        return self._fetch_log_segment(metadata, start_position, end_position)
+        with topic_requests(metadata.topic_id_partition.topic):
+            return self._fetch_log_segment(metadata, start_position, end_position)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """The whole index of the given type; RemoteResourceNotFoundError if it was not stored (an
         empty transaction index is never stored)."""
         self._check_open()
-        return self._fetch_index(metadata, index_type)
+        with topic_requests(metadata.topic_id_partition.topic):
+            return self._fetch_index(metadata, index_type)
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Deletes every object of the segment; succeeds if some or all are already gone."""
         self._check_open()
-        self._delete_log_segment_data(metadata)
+        with topic_requests(metadata.topic_id_partition.topic):
+            self._delete_log_segment_data(metadata)
 
     def close(self) -> None:
         if not self._closed:

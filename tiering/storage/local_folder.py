@@ -47,7 +47,7 @@ def _fsync_dir(path: Path) -> None:
 
 class LocalFolderStorage(ObjectStorage):
     """Segments as files under ``root`` (``file:///path`` URIs): for tests, single-node setups, and
-    shared file systems. Returns custom metadata only for sealed segments.
+    shared file systems. Returns custom metadata only for sealed segments and salted keys.
 
     Each object is written to a temporary file (``.<name>.<random>.tmp``) in its final directory,
     fsynced, then renamed into place with ``os.replace`` and the directory fsynced, so a crash never
@@ -61,8 +61,10 @@ class LocalFolderStorage(ObjectStorage):
         *,
         custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
         at_rest: AtRest | None = None,
+        salt_length: int = 0,
     ) -> None:
-        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest)
+        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest,
+                         salt_length=salt_length)
         self.root = Path(root)
         if not self.root.is_absolute():
             raise ValueError(f"local storage root must be an absolute path, got {str(root)!r}")

@@ -7,6 +7,20 @@ per file of a segment::
 ``segmentId`` are printed the way Kafka prints UUIDs (:func:`kafka_uuid_str`). With an empty prefix the
 key starts at the topic directory (no leading slash).
 
+With ``remote.log.storage.key.prefix.salt.length=N`` (0, off, by default) new segments' keys begin,
+after the prefix, with N hex digits of a hash of their topic-partition (:func:`key_salt`), so that an
+object store that limits request rates per key prefix (S3: 3,500 writes and 5,500 reads a second)
+spreads a cluster's partitions over up to 16^N prefixes instead of one per topic::
+
+    {prefix}/{salt}~{topic}~{topicId}/{partition}/{startOffset:020d}-{segmentId}.{ext}
+
+``~`` is in no topic name, so a salted directory is never taken for a topic's (the manifests'
+readers look for ``{topic}-{topicId}``), and the partition directory under it keeps walks that go
+directory, partition, object (``tiering.storage.key_maintenance``) finding the objects. The salt is
+recorded in the segment's custom metadata (``segment_location``), never computed again by a
+reader: segments copied before salting was turned on, or after it was turned off, are found
+where they were written.
+
 Copy order: the indexes are written first and the ``.log`` object last, so a ``.log`` object present
 under its final name means the copy of that segment completed. Deletion removes the ``.log`` object
 first for the same reason: a half-deleted segment never looks complete.
@@ -22,31 +36,57 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
+import hashlib
 import logging
 import re
 import threading
 import uuid
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tiering.model import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from tiering.storage.api import (
+    CUSTOM_METADATA_MAX_BYTES_CONFIG,
     DEFAULT_CUSTOM_METADATA_MAX_BYTES,
     RemoteStorageManager,
 )
-from tiering.storage.at_rest import AtRest, IntegrityError
+from tiering.storage.at_rest import AtRest, AtRestConfigError, IntegrityError
 from tiering.storage.sealed_format import ChunkTable, SegmentEnvelope, is_sealed_object
-from tiering.storage.segment_location import SegmentLocation, is_sealed
+from tiering.storage.segment_location import SegmentLocation, is_sealed, location
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = "log"
 SEAL_SUFFIX = "seal"
 _ENVELOPES_CACHED = 4096  # opened envelopes (a few KiB each) of the segments read last
+SALT_LENGTH_CONFIG = "remote.log.storage.key.prefix.salt.length"
+MAX_SALT_LENGTH = 8  # hex digits: 4 billion prefixes, far more than any store needs
+SALT_SEPARATOR = "~"  # in no Kafka topic name
+
+
+class KeyLayoutConfigError(AtRestConfigError):
+    """A setting of how objects are named in the bucket that cannot work; the message names the
+    key (reported under it, as the at-rest settings are, not as a fault of the storage URI)."""
+
+
+def salt_length_from_config(config: Mapping[str, object]) -> int:
+    """``remote.log.storage.key.prefix.salt.length``: 0 (off, the default) to MAX_SALT_LENGTH."""
+    value = config.get(SALT_LENGTH_CONFIG)
+    if value is None or str(value).strip() == "":
+        return 0
+    try:
+        length = int(str(value).strip())
+    except ValueError:
+        raise KeyLayoutConfigError(f"{SALT_LENGTH_CONFIG} must be an integer, got {value!r}") from None
+    if not 0 <= length <= MAX_SALT_LENGTH:
+        raise KeyLayoutConfigError(f"{SALT_LENGTH_CONFIG} must be 0 (off) to {MAX_SALT_LENGTH} hex digits, "
+                                   f"got {length}")
+    return length
 
 
 def kafka_uuid_str(value: uuid.UUID) -> str:
@@ -66,7 +106,19 @@ def normalize_prefix(prefix: str) -> str:
     return prefix
 
 
-def segment_object_key(prefix: str, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+def key_salt(metadata: RemoteLogSegmentMetadata, length: int) -> str:
+    """``length`` hex digits of a hash of the segment's topic-partition ("" for 0): a partition's
+    segments share a salt, so its objects stay in one directory."""
+    if length <= 0:
+        return ""
+    tp = metadata.topic_id_partition
+    return hashlib.sha256(f"{tp.topic}-{kafka_uuid_str(tp.topic_id)}/{tp.partition}".encode()).hexdigest()[:length]
+
+
+_SALT_RE = re.compile(rf"[0-9a-f]{{1,{MAX_SALT_LENGTH}}}")
+
+
+def segment_object_key(prefix: str, metadata: RemoteLogSegmentMetadata, suffix: str, salt: str = "") -> str:
     """The key of one object of a segment (see the module docstring for the layout)."""
     tp = metadata.topic_id_partition
     # Kafka already restricts topic names to this alphabet; checking keeps keys free of '/' and so
@@ -75,10 +127,12 @@ def segment_object_key(prefix: str, metadata: RemoteLogSegmentMetadata, suffix: 
         raise ValueError(f"topic name {tp.topic!r} is not a legal Kafka topic name")
     if tp.partition < 0:
         raise ValueError(f"negative partition {tp.partition}")
-    key = (
-        f"{tp.topic}-{kafka_uuid_str(tp.topic_id)}/{tp.partition}/"
-        f"{metadata.start_offset:020d}-{kafka_uuid_str(metadata.segment_id.id)}.{suffix}"
-    )
+    if salt and not _SALT_RE.fullmatch(salt):
+        raise ValueError(f"key salt {salt!r} is not 1-{MAX_SALT_LENGTH} lowercase hex digits")
+    topic_id = kafka_uuid_str(tp.topic_id)
+    directory = (f"{salt}{SALT_SEPARATOR}{tp.topic}{SALT_SEPARATOR}{topic_id}" if salt
+                 else f"{tp.topic}-{topic_id}")
+    key = f"{directory}/{tp.partition}/{metadata.start_offset:020d}-{kafka_uuid_str(metadata.segment_id.id)}.{suffix}"
     return f"{prefix}/{key}" if prefix else key
 
 
@@ -112,18 +166,28 @@ class ObjectStorage(RemoteStorageManager):
 
     def __init__(
         self, prefix: str = "", *, custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
-        at_rest: AtRest | None = None,
+        at_rest: AtRest | None = None, salt_length: int = 0,
     ) -> None:
         super().__init__(custom_metadata_max_bytes=custom_metadata_max_bytes)
         self.prefix = normalize_prefix(prefix)
         self.at_rest = at_rest or AtRest()
+        if not 0 <= salt_length <= MAX_SALT_LENGTH:
+            raise KeyLayoutConfigError(f"{SALT_LENGTH_CONFIG} must be 0 (off) to {MAX_SALT_LENGTH}, got {salt_length}")
+        self.salt_length = salt_length
+        size = SegmentLocation.encoded_size(self.prefix, salt_length=salt_length)
+        if salt_length and size > custom_metadata_max_bytes:
+            # Fail at configuration time rather than on (and after) every copy.
+            raise KeyLayoutConfigError(
+                f"{SALT_LENGTH_CONFIG}={salt_length} with prefix {self.prefix!r} needs {size} bytes of custom "
+                f"metadata, over the {custom_metadata_max_bytes} allowed by {CUSTOM_METADATA_MAX_BYTES_CONFIG}")
         self._envelopes: OrderedDict[RemoteLogSegmentId, tuple[SegmentEnvelope, AESGCM | None]] = OrderedDict()
         self._envelopes_lock = threading.Lock()
         self._reported: set[str] = set()  # objects whose integrity failure was logged
         self._envelope_reads = ThreadPoolExecutor(8, thread_name_prefix="envelope-read")  # threads made on use
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
-        return segment_object_key(self._prefix_for(metadata), metadata, suffix)
+        found = location(metadata.custom_metadata)
+        return segment_object_key(self._prefix_for(metadata), metadata, suffix, found.salt if found else "")
 
     def segment_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """Every key a segment may occupy, the one that marks it complete first (the delete
@@ -136,18 +200,22 @@ class ObjectStorage(RemoteStorageManager):
         """The prefix a segment was stored under; the configured one unless a store records it."""
         return self.prefix
 
-    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None) -> bytes | None:
-        """What to return from a copy that wrote ``stored_bytes`` under ``prefix``, sealed from
-        ``logical_bytes`` (None: in the clear)."""
+    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None,
+                         salt: str = "") -> bytes | None:
+        """What to return from a copy that wrote ``stored_bytes`` under ``prefix`` (and ``salt``),
+        sealed from ``logical_bytes`` (None: in the clear). Nothing for a segment in the clear
+        under unsalted keys (as before locations were recorded)."""
         if logical_bytes is None:
-            return None
-        return SegmentLocation(prefix, stored_bytes, True, logical_bytes).encode()
+            return SegmentLocation(prefix, stored_bytes, salt=salt).encode() if salt else None
+        return SegmentLocation(prefix, stored_bytes, True, logical_bytes, salt).encode()
 
     def _copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> bytes | None:
-        # A fresh copy always goes under the configured prefix, whatever metadata the caller holds.
+        # A fresh copy always goes under the configured prefix and salting, whatever metadata the
+        # caller holds.
         prefix = self.prefix
+        salt = key_salt(metadata, self.salt_length)
         bodies: list[tuple[str, bytes | memoryview]] = [(t.value, body) for t, body in _index_bodies(data)]
         bodies.append((LOG_SUFFIX, data.log))  # last: marks completion (in the clear)
         topic = metadata.topic_id_partition.topic
@@ -156,7 +224,7 @@ class ObjectStorage(RemoteStorageManager):
         stored = 0
         try:
             for name, body in bodies:
-                key = segment_object_key(prefix, metadata, name)
+                key = segment_object_key(prefix, metadata, name, salt)
                 attempted.append(key)
                 if sealer is None:
                     self._put(key, body)
@@ -166,7 +234,7 @@ class ObjectStorage(RemoteStorageManager):
                 self.requests.moved(written=written)
                 stored += written
             if sealer is not None:  # sealed: the envelope last marks completion
-                attempted.append(segment_object_key(prefix, metadata, SEAL_SUFFIX))
+                attempted.append(segment_object_key(prefix, metadata, SEAL_SUFFIX, salt))
                 envelope = sealer.envelope()
                 self._put(attempted[-1], envelope)
                 self.requests.moved(written=len(envelope))
@@ -178,7 +246,7 @@ class ObjectStorage(RemoteStorageManager):
             except Exception:
                 log.warning("could not clean up after failed copy of %s", metadata.segment_id, exc_info=True)
             raise
-        return self._custom_metadata(prefix, stored, None if sealer is None else sealer.logical_bytes)
+        return self._custom_metadata(prefix, stored, None if sealer is None else sealer.logical_bytes, salt)
 
     def _put_chunks(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
         """Writes one object from its pieces as they come (a store that can stream them holds
@@ -216,7 +284,9 @@ class ObjectStorage(RemoteStorageManager):
         with self._reporting(key):
             # The envelope is read beside the index, not before it: a cold read (a fresh proxy's
             # first record) waits for one round trip to the store, as in the clear, not two.
-            pending = None if self._has_envelope(metadata) else self._envelope_reads.submit(self._envelope, metadata)
+            # In the caller's context: its GET counts for the caller's topic (tiering.storage.api).
+            pending = None if self._has_envelope(metadata) else self._envelope_reads.submit(
+                contextvars.copy_context().run, self._envelope, metadata)
             stored = self._get(key)
             self.requests.moved(read=len(stored))
             envelope, aead = self._envelope(metadata) if pending is None else pending.result()

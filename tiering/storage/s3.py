@@ -141,8 +141,8 @@ class S3Storage(ObjectStorage):
 
     Objects above ``multipart_threshold`` bytes go up in ``part_size`` parts (aborted on failure);
     ``.log`` reads are ranged GETs. Each copy returns an :class:`SegmentLocation` blob as KIP-917
-    custom metadata, and fetch and delete use the prefix recorded there, so changing the prefix
-    configuration does not orphan segments copied before.
+    custom metadata, and fetch and delete use the prefix (and key salt) recorded there, so changing
+    the prefix or salting configuration does not orphan segments copied before.
     """
 
     def __init__(
@@ -163,8 +163,10 @@ class S3Storage(ObjectStorage):
         at_rest: AtRest | None = None,
         server_side_encryption: str | None = None,
         sse_kms_key_id: str | None = None,
+        salt_length: int = 0,
     ) -> None:
-        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest)
+        super().__init__(prefix, custom_metadata_max_bytes=custom_metadata_max_bytes, at_rest=at_rest,
+                         salt_length=salt_length)
         if not bucket:
             raise ValueError("an S3 bucket name is required")
         # S3 rejects parts under 5 MiB (except the last) and uploads over 10,000 parts.
@@ -228,10 +230,11 @@ class S3Storage(ObjectStorage):
             return self.prefix  # copied by something that recorded nothing: assume the current layout
         return SegmentLocation.decode(metadata.custom_metadata).prefix
 
-    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None) -> bytes | None:
+    def _custom_metadata(self, prefix: str, stored_bytes: int, logical_bytes: int | None,
+                         salt: str = "") -> bytes | None:
         if logical_bytes is None:
-            return SegmentLocation(prefix, stored_bytes).encode()
-        return SegmentLocation(prefix, stored_bytes, True, logical_bytes).encode()
+            return SegmentLocation(prefix, stored_bytes, salt=salt).encode()
+        return SegmentLocation(prefix, stored_bytes, True, logical_bytes, salt).encode()
 
     def _put(self, key: str, body: bytes | memoryview) -> None:
         if len(body) > self.multipart_threshold:

@@ -15,6 +15,7 @@ from tiering.storage.api import (
 )
 from tiering.storage.at_rest import AtRest
 from tiering.storage.local_folder import LocalFolderStorage
+from tiering.storage.object_layout import salt_length_from_config
 from tiering.storage.s3 import RETRY_MODES, MiB, S3Storage
 
 # Our own keys, in the remote.log.storage.* namespace KIP-405 leaves to the storage plugin.
@@ -57,6 +58,7 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
     parts = urllib.parse.urlsplit(uri)
     at_rest = AtRest.from_config(config)
     max_bytes = _int_config(config, CUSTOM_METADATA_MAX_BYTES_CONFIG, DEFAULT_CUSTOM_METADATA_MAX_BYTES)
+    salt_length = salt_length_from_config(config)
     if parts.fragment:
         raise ValueError(f"storage URI {uri!r} must not have a fragment")
     if parts.scheme == "file":
@@ -67,7 +69,8 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
         path = urllib.parse.unquote(parts.path)
         if not path.startswith("/"):
             raise ValueError(f"file URI {uri!r} needs an absolute path: file:///absolute/path")
-        return LocalFolderStorage(Path(path), custom_metadata_max_bytes=max_bytes, at_rest=at_rest)
+        return LocalFolderStorage(Path(path), custom_metadata_max_bytes=max_bytes, at_rest=at_rest,
+                                  salt_length=salt_length)
     if parts.scheme == "s3":
         bucket = parts.netloc
         if not _BUCKET_RE.fullmatch(bucket):
@@ -119,5 +122,6 @@ def storage_from_uri(uri: str, **config: object) -> RemoteStorageManager:
             at_rest=at_rest,
             server_side_encryption=sse,
             sse_kms_key_id=kms_key,
+            salt_length=salt_length,
         )
     raise ValueError(f"unsupported storage URI {uri!r}: expected file:///absolute/path or s3://bucket/prefix")
