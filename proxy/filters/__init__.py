@@ -15,7 +15,9 @@ back through the response hooks they registered in the reverse order:
    offsets in them, kept in the metadata store.
 6. ``tiered-reads``: Fetch across both tiers; then ``tiered-offsets``: ListOffsets and
    OffsetForLeaderEpoch across both tiers. With tiering.
-7. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
+7. ``broker-configs``: the tiered-storage broker configs the proxy owns, shown in place of the
+   brokers' and refused to their alterations. With tiering.
+8. ``topic-admin``: tiering through Kafka's admin APIs (topic configs, DeleteRecords,
    DeleteTopics, the remote log dir in DescribeLogDirs). With tiering.
 
 Only this module (and the entry points that call it) knows the filters; filters never import one
@@ -30,6 +32,7 @@ from proxy.config import ProxyConfig
 from proxy.filters.address_rewriting import AddressRewriting
 from proxy.filters.archived_offsets import ArchivedGroupOffsets
 from proxy.filters.archived_topics import ArchivedTopics
+from proxy.filters.broker_configs import BrokerConfigs
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
 from proxy.filters.tiered_offsets import TieredOffsets
@@ -55,5 +58,5 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
             chain += [ArchivedTopics(sources, reads.not_available_code, reads.by_topic),
                       ArchivedGroupOffsets(sources, tiering.metadata)]
         chain += [reads, TieredOffsets(tiering, reads.reader, reads.limiter, reads.tiered_by),
-                  TopicAdmin(config, tiering, reads.reader)]
+                  BrokerConfigs(config.extra), TopicAdmin(config, tiering, reads.reader)]
     return chain

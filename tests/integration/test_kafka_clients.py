@@ -357,6 +357,36 @@ def test_kafka_configs_describes_and_alters_every_tiered_storage_topic_key(kafka
     assert "remote.copy.lag.bytes=-1 " in _described_topic_configs(kafka, bootstrap, tiered.topic)["remote.copy.lag.bytes"]
 
 
+def test_kafka_configs_shows_the_proxys_tiered_storage_broker_keys_and_refuses_to_alter_them(
+        kafka: KafkaCluster, proxy: ProxyProcess):
+    """kafka-configs.sh --entity-type brokers through the proxy: the tiered-storage keys the proxy
+    owns show its values (the broker's say its own tiered storage is off), read-only; altering one
+    is refused with where to set it, and the broker's own value stays as it was."""
+    def described(bootstrap: str) -> dict[str, str]:
+        done = kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "brokers", "--entity-name",
+                              "1", "--describe", "--all", timeout=60)
+        assert done.returncode == 0, tool_output(done)
+        return {line.strip().split("=", 1)[0]: line.strip() for line in done.stdout.splitlines()
+                if "=" in line and not line.startswith("All configs")}
+
+    via_proxy, direct = described(proxy.bootstrap), described(kafka.bootstrap)
+    assert direct["remote.log.storage.system.enable"].startswith("remote.log.storage.system.enable=false ")
+    assert via_proxy["remote.log.storage.system.enable"].startswith("remote.log.storage.system.enable=true ")
+    assert "STATIC_BROKER_CONFIG:remote.log.manager.task.interval.ms=100" in \
+        via_proxy["remote.log.manager.task.interval.ms"]
+    for key in ("log.remote.copy.lag.ms", "remote.log.manager.copy.max.bytes.per.second",
+                "remote.log.manager.fetch.max.bytes.per.second", "log.local.retention.bytes"):
+        assert key in via_proxy and "DEFAULT_CONFIG" in via_proxy[key], via_proxy.get(key)
+    assert via_proxy["log.cleaner.threads"] == direct["log.cleaner.threads"]  # the rest is the broker's
+    refused = kafka.run_tool("configs", "--bootstrap-server", proxy.bootstrap, "--entity-type", "brokers",
+                             "--entity-default", "--alter", "--add-config",
+                             "remote.log.manager.copy.max.bytes.per.second=1000", timeout=60)
+    assert refused.returncode != 0
+    assert "kept by the tiered-storage proxy" in refused.stdout + refused.stderr, tool_output(refused)
+    assert "remote.log.manager.copy.max.bytes.per.second=9223372036854775807 " in \
+        described(kafka.bootstrap)["remote.log.manager.copy.max.bytes.per.second"]
+
+
 def test_kafka_log_dirs_shows_the_remote_tier_through_the_proxy(kafka: KafkaCluster, tiered: Tiered):
     """kafka-log-dirs.sh (Kafka 4.4) through the proxy: beside the brokers' own log dirs, one for the
     remote tier, with each partition's remote bytes as describe shows them."""
