@@ -93,13 +93,14 @@ class TieredReads(Filter):
                                  "proxy.remote.fetch.buffer.max.bytes")
         self.max_wait_s = _int(props, "remote.fetch.max.wait.ms", 500) / 1000
         # KIP-956: remote fetch bytes per second across the proxy, archived topics' reads included.
-        fetch_rate = _int(props, "remote.log.manager.fetch.max.bytes.per.second", UNLIMITED)
-        windows = _int(props, "remote.log.manager.fetch.quota.window.num", 11)
-        window_s = _int(props, "remote.log.manager.fetch.quota.window.size.seconds", 1)
-        if min(fetch_rate, windows, window_s) < 1:
-            raise ValueError("remote.log.manager.fetch.max.bytes.per.second, remote.log.manager.fetch.quota.window.num "
-                             "and remote.log.manager.fetch.quota.window.size.seconds must be at least 1")
-        self.fetch_quota = ByteRateQuota(fetch_rate, windows, window_s)
+        quota = {key: _int(props, key, default) for key, default in (
+            ("remote.log.manager.fetch.max.bytes.per.second", UNLIMITED),
+            ("remote.log.manager.fetch.quota.window.num", 11),
+            ("remote.log.manager.fetch.quota.window.size.seconds", 1))}
+        for key, value in quota.items():
+            if value < 1:
+                raise ValueError(f"{key} must be at least 1, got {value}")
+        self.fetch_quota = ByteRateQuota(*quota.values())
         self.reads = FetchReads(self.reader, self.limiter, self.buffer, self.max_wait_s,
                                 tiering.manager.questions.log_ends, self.fetch_quota)
         self.remote_fetches = 0
