@@ -71,7 +71,9 @@ def test_cluster_b_reads_cluster_a_s_history_as_a_keeps_tiering(kafka, tmp_path,
         def a_objects() -> set[str]:
             if tier == "s3":
                 return {o["Key"] for o in s3_client(s3_endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])}
-            return {str(p.relative_to(tmp_path)) for p in (tmp_path / "a-remote").rglob("*") if p.is_file()}
+            # Not A's objects in flight: the local folder writes .<name>.<random>.tmp, then renames it.
+            return {str(p.relative_to(tmp_path)) for p in (tmp_path / "a-remote").rglob("*")
+                    if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp"))}
 
         keys_before_b = a_objects()
 
