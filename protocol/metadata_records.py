@@ -9,7 +9,7 @@ version; the implementation that shipped (and which real brokers write) differs,
 it. A record value is::
 
     frame_version  uvarint, always 1
-    api_key        uvarint, 0/1/2 (Kafka's), 64..68 (this proxy's own, below)
+    api_key        uvarint, 0/1/2 (Kafka's), 64..69 (this proxy's own, below)
     version        uvarint, 0 (1 is accepted when reading: it only adds tagged fields)
     body           the message in Kafka's flexible encoding: compact (length+1 uvarint)
                    strings, bytes and arrays; every struct, nested ones included, ends with a
@@ -58,12 +58,14 @@ PARTITION_DELETE_METADATA_API_KEY = 2
 # read the metadata topic): a topic's tiering configs and KIP-950 state, and a partition's remote
 # log start after DeleteRecords, a range the brokers deleted before it was tiered, and a range the
 # remote tier held but the cluster's log replaced (cut back from the remote tier); and a consumer
-# group's committed offset in an archived topic, which the cluster cannot hold.
+# group's committed offset in an archived topic, which the cluster cannot hold; and the cluster-wide
+# dynamic defaults of the tiered-storage broker keys the proxy keeps (kafka-configs --entity-default).
 TOPIC_TIERING_STATE_API_KEY = 64
 REMOTE_LOG_START_OFFSET_API_KEY = 65
 REMOTE_LOG_DATA_LOSS_API_KEY = 66
 REMOTE_LOG_DIVERGENCE_API_KEY = 67
 ARCHIVED_GROUP_OFFSET_API_KEY = 68
+CLUSTER_TIERING_CONFIGS_API_KEY = 69
 TIERING_STATES = range(-1, 3)  # none, ENABLED, DISABLING, DISABLED
 DISABLE_POLICIES = range(0, 2)  # retain, delete
 
@@ -167,9 +169,15 @@ class ArchivedGroupOffsetRecord(NamedTuple):
     event_timestamp_ms: int
 
 
+class ClusterTieringConfigsRecord(NamedTuple):
+    configs: tuple[TopicConfigEntry, ...]  # every dynamic default in effect (the record replaces the last)
+    event_timestamp_ms: int
+
+
 MetadataRecord = (RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
                   | RemotePartitionDeleteMetadataRecord | TopicTieringStateRecord | RemoteLogStartOffsetRecord
-                  | RemoteLogDataLossRecord | RemoteLogDivergenceRecord | ArchivedGroupOffsetRecord)
+                  | RemoteLogDataLossRecord | RemoteLogDivergenceRecord | ArchivedGroupOffsetRecord
+                  | ClusterTieringConfigsRecord)
 
 
 # --- the schemas, declared (field order is the wire order) ------------------------------------
@@ -285,6 +293,14 @@ ARCHIVED_GROUP_OFFSET_RECORD = _AsTuple(
     ),
     ArchivedGroupOffsetRecord,
 )
+CLUSTER_TIERING_CONFIGS_RECORD = _AsTuple(
+    Struct(
+        "configs" / _CompactArray(TOPIC_CONFIG_ENTRY),
+        "event_timestamp_ms" / Int64sb,
+        "tagged_fields" / TaggedFields,
+    ),
+    ClusterTieringConfigsRecord,
+)
 FRAME_HEADER = Struct("frame_version" / UVarInt, "api_key" / UVarInt, "version" / UVarInt)
 
 _BODIES: dict[int, Construct] = {
@@ -296,6 +312,7 @@ _BODIES: dict[int, Construct] = {
     REMOTE_LOG_DATA_LOSS_API_KEY: REMOTE_LOG_DATA_LOSS_RECORD,
     REMOTE_LOG_DIVERGENCE_API_KEY: REMOTE_LOG_DIVERGENCE_RECORD,
     ARCHIVED_GROUP_OFFSET_API_KEY: ARCHIVED_GROUP_OFFSET_RECORD,
+    CLUSTER_TIERING_CONFIGS_API_KEY: CLUSTER_TIERING_CONFIGS_RECORD,
 }
 _API_KEYS: dict[type, int] = {
     RemoteLogSegmentMetadataRecord: SEGMENT_METADATA_API_KEY,
@@ -306,6 +323,7 @@ _API_KEYS: dict[type, int] = {
     RemoteLogDataLossRecord: REMOTE_LOG_DATA_LOSS_API_KEY,
     RemoteLogDivergenceRecord: REMOTE_LOG_DIVERGENCE_API_KEY,
     ArchivedGroupOffsetRecord: ARCHIVED_GROUP_OFFSET_API_KEY,
+    ClusterTieringConfigsRecord: CLUSTER_TIERING_CONFIGS_API_KEY,
 }
 
 
@@ -389,6 +407,9 @@ def _state_problem(record: MetadataRecord) -> str | None:
         return f"divergence range {record.first_offset}..{record.last_offset} is not a range of offsets"
     if isinstance(record, ArchivedGroupOffsetRecord):
         return None if record.committed_offset >= -1 else f"committed offset {record.committed_offset}"
+    if isinstance(record, ClusterTieringConfigsRecord):
+        names = [c.name for c in record.configs]
+        return None if len(set(names)) == len(names) else "ClusterTieringConfigsRecord names a config twice"
     if isinstance(record, TopicTieringStateRecord):
         if record.disable_policy not in DISABLE_POLICIES:
             return f"TopicTieringStateRecord has unknown disable policy {record.disable_policy}"

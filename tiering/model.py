@@ -250,3 +250,17 @@ class ArchivedGroupOffset:
     leader_epoch: int = -1
     metadata: str | None = None
     event_timestamp_ms: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterTieringConfigs:
+    """The cluster-wide dynamic defaults of the tiered-storage broker keys the proxy keeps, as
+    ``kafka-configs.sh --entity-type brokers --entity-default --alter`` set them through it: every
+    value in effect (each record replaces the last), over the proxy's properties."""
+
+    configs: tuple[tuple[str, str], ...] = ()
+    event_timestamp_ms: int = 0
+
+    @property
+    def config_map(self) -> dict[str, str]:
+        return dict(self.configs)

@@ -15,6 +15,7 @@ from protocol.errors import ProtocolError
 from tiering.metadata import codec
 from tiering.model import (
     ArchivedGroupOffset,
+    ClusterTieringConfigs,
     DisablePolicy,
     RemoteLogDataLoss,
     RemoteLogDivergence,
@@ -187,6 +188,10 @@ records_st = st.one_of(
     # ... and a consumer group's offset in an archived topic.
     st.builds(ArchivedGroupOffset, st.text(max_size=40), tps, st.integers(-1, 2**62), st.integers(-1, INT32),
               st.none() | st.text(max_size=40), st.integers(0, 2**45)),
+    # ... and the cluster-wide dynamic defaults of the broker keys the proxy keeps (names unique).
+    st.builds(ClusterTieringConfigs,
+              st.dictionaries(st.text(max_size=40), st.text(max_size=30), max_size=6).map(lambda d: tuple(d.items())),
+              st.integers(0, 2**45)),
 )
 
 
@@ -214,8 +219,9 @@ def test_every_record_kind_has_its_own_api_key():
     assert set(mr._API_KEYS.values()) == set(mr._BODIES) == {
         mr.SEGMENT_METADATA_API_KEY, mr.SEGMENT_METADATA_UPDATE_API_KEY, mr.PARTITION_DELETE_METADATA_API_KEY,
         mr.TOPIC_TIERING_STATE_API_KEY, mr.REMOTE_LOG_START_OFFSET_API_KEY, mr.REMOTE_LOG_DATA_LOSS_API_KEY,
-        mr.REMOTE_LOG_DIVERGENCE_API_KEY, mr.ARCHIVED_GROUP_OFFSET_API_KEY}
+        mr.REMOTE_LOG_DIVERGENCE_API_KEY, mr.ARCHIVED_GROUP_OFFSET_API_KEY, mr.CLUSTER_TIERING_CONFIGS_API_KEY}
     assert mr.REMOTE_LOG_DIVERGENCE_API_KEY == 67 and mr.ARCHIVED_GROUP_OFFSET_API_KEY == 68
+    assert mr.CLUSTER_TIERING_CONFIGS_API_KEY == 69
     assert len(set(mr._API_KEYS.values())) == len(mr._API_KEYS)
 
 

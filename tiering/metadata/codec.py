@@ -8,6 +8,7 @@ from protocol import metadata_records as mr
 from protocol.errors import ProtocolError
 from tiering.model import (
     ArchivedGroupOffset,
+    ClusterTieringConfigs,
     DisablePolicy,
     RemoteLogDataLoss,
     RemoteLogDivergence,
@@ -25,7 +26,7 @@ from tiering.model import (
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
                      | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence
-                     | ArchivedGroupOffset)
+                     | ArchivedGroupOffset | ClusterTieringConfigs)
 
 
 def _tp_entry(tp: TopicIdPartition) -> mr.TopicIdPartitionEntry:
@@ -119,6 +120,9 @@ def to_record(metadata: RemoteLogMetadata) -> mr.MetadataRecord:
             committed_metadata=metadata.metadata.encode() if metadata.metadata is not None else None,
             event_timestamp_ms=metadata.event_timestamp_ms,
         )
+    if isinstance(metadata, ClusterTieringConfigs):
+        return mr.ClusterTieringConfigsRecord(tuple(mr.TopicConfigEntry(k, v) for k, v in metadata.configs),
+                                              metadata.event_timestamp_ms)
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 
@@ -197,6 +201,8 @@ def from_record(record: mr.MetadataRecord) -> RemoteLogMetadata:
                 metadata=record.committed_metadata.decode() if record.committed_metadata is not None else None,
                 event_timestamp_ms=record.event_timestamp_ms,
             )
+        if isinstance(record, mr.ClusterTieringConfigsRecord):
+            return ClusterTieringConfigs(tuple((c.name, c.value) for c in record.configs), record.event_timestamp_ms)
     except ProtocolError:
         raise
     except UnicodeDecodeError:

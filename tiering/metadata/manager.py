@@ -1,8 +1,9 @@
 """KIP-405's RemoteLogMetadataManager: the interface both stores implement.
 
-A store persists seven kinds of records (segment metadata, segment updates, partition delete
-metadata, topic tiering states, remote log starts, data-loss ranges, divergences;
-``tiering.metadata.codec`` turns them into bytes) and answers queries from a :class:`tiering.metadata.state.MetadataState` rebuilt from those
+A store persists the records of segments (metadata and updates), partitions (delete metadata,
+remote log starts, data-loss ranges, divergences), topics (tiering states), archived groups'
+offsets and the cluster's dynamic tiering defaults (``tiering.metadata.codec`` turns them into
+bytes), and answers queries from a :class:`tiering.metadata.state.MetadataState` rebuilt from those
 records. The public write methods validate a record against the current state first (the segment
 state machine of the javadoc, partition delete states), then persist it, then apply it, so an
 invalid call raises and leaves nothing behind.
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from tiering.metadata.state import MetadataState, RemoteLogMetadata, epoch_ranges
 from tiering.model import (
     ArchivedGroupOffset,
+    ClusterTieringConfigs,
     RemoteLogDataLoss,
     RemoteLogDivergence,
     RemoteLogSegmentMetadata,
@@ -115,6 +117,14 @@ class RemoteLogMetadataManager(ABC):
     def commit_archived_offset(self, offset: ArchivedGroupOffset) -> None:
         """Record a consumer group's offset in an archived topic's partition (the last one wins)."""
         self._write(offset)
+
+    def put_cluster_tiering_configs(self, configs: ClusterTieringConfigs) -> None:
+        """Record the cluster-wide dynamic defaults of the broker keys the proxy keeps (the last wins)."""
+        self._write(configs)
+
+    def cluster_tiering_configs(self) -> ClusterTieringConfigs | None:
+        # No lock: one read of an immutable value, and the remote reads ask at every Fetch.
+        return self._state.cluster_configs
 
     def archived_offsets(self, group_id: str) -> dict[TopicIdPartition, ArchivedGroupOffset]:
         """The group's committed offsets in archived topics, by partition."""

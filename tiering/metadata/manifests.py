@@ -54,6 +54,7 @@ from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.metadata.state import MetadataState, RemoteLogMetadata
 from tiering.model import (
     ArchivedGroupOffset,
+    ClusterTieringConfigs,
     DisablePolicy,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -157,7 +158,7 @@ class ManifestWriter:
 
     def written(self, record: RemoteLogMetadata) -> None:
         """The store wrote ``record``: its manifest is due."""
-        if isinstance(record, ArchivedGroupOffset):
+        if isinstance(record, ArchivedGroupOffset | ClusterTieringConfigs):
             return  # the cluster's own, not the bucket's
         with self._lock:
             if isinstance(record, TopicTieringState):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tiering.model import (
     ArchivedGroupOffset,
+    ClusterTieringConfigs,
     RemoteLogDataLoss,
     RemoteLogDivergence,
     RemoteLogSegmentId,
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
                      | TopicTieringState | RemoteLogStartOffset | RemoteLogDataLoss | RemoteLogDivergence
-                     | ArchivedGroupOffset)
+                     | ArchivedGroupOffset | ClusterTieringConfigs)
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -109,6 +110,7 @@ class MetadataState:
         self.topics: dict[str, TopicTieringState] = {}  # by topic name; deleted ones kept
         # Consumer groups' offsets in archived topics (never in a bucket's manifests: the cluster's own)
         self.group_offsets: dict[tuple[str, TopicIdPartition], ArchivedGroupOffset] = {}
+        self.cluster_configs: ClusterTieringConfigs | None = None  # none set dynamically yet
         self._readable: list[TopicIdPartition] | None = None  # until the next apply
 
     def partition(self, tp: TopicIdPartition) -> PartitionState:
@@ -152,7 +154,7 @@ class MetadataState:
             if current is not None and current.topic_id == record.topic_id and record.tiered_epoch < current.tiered_epoch:
                 raise InvalidStateTransitionError(
                     f"topic {record.topic}: tiered epoch {record.tiered_epoch} is older than {current.tiered_epoch}")
-        elif isinstance(record, RemoteLogDataLoss | RemoteLogDivergence | ArchivedGroupOffset):
+        elif isinstance(record, RemoteLogDataLoss | RemoteLogDivergence | ArchivedGroupOffset | ClusterTieringConfigs):
             pass  # a fact observed (a range, repeats applied once), or a commit (the last one wins)
         elif isinstance(record, RemoteLogStartOffset):
             state = self.partitions.get(record.topic_id_partition)
@@ -201,6 +203,8 @@ class MetadataState:
                 state.data_loss.append(gap)
         elif isinstance(record, ArchivedGroupOffset):
             self.group_offsets[(record.group_id, record.topic_id_partition)] = record
+        elif isinstance(record, ClusterTieringConfigs):
+            self.cluster_configs = record
         elif isinstance(record, RemoteLogDivergence):
             state = self.partition(record.topic_id_partition)
             key = _divergence_key(record)
@@ -215,6 +219,8 @@ class MetadataState:
             yield from self.partition_records(tp)
         for _, offset in sorted(self.group_offsets.items()):
             yield offset
+        if self.cluster_configs is not None:
+            yield self.cluster_configs
 
     def partition_records(self, tp: TopicIdPartition) -> Iterator[RemoteLogMetadata]:
         """Records that rebuild ``tp``'s state when applied in order (none if it has none)."""

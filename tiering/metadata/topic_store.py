@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -45,6 +46,7 @@ from tiering.metadata.journal_store import frame, fsync_dir, read_journal
 from tiering.metadata.manager import FencedError, RemoteLogMetadataManager
 from tiering.metadata.state import RemoteLogMetadata
 from tiering.model import (
+    ClusterTieringConfigs,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     TopicIdPartition,
@@ -57,6 +59,7 @@ OWNER_EPOCH_HEADER = "tiered-proxy.owner.epoch"
 OWNER_HEADER = "tiered-proxy.owner"
 CLAIM_KEY = b"tiered-proxy.owner.claim"
 _CLAIM_ATTEMPTS = 5
+CLUSTER_RECORDS = TopicIdPartition(uuid.UUID(int=0), "", 0)  # where records of no topic sit
 _CREATED_TOPIC_VISIBLE_S = 10.0  # the most a new metadata topic may take to show its partitions
 
 
@@ -71,6 +74,8 @@ def _user_partition(record: RemoteLogMetadata) -> TopicIdPartition:
         return record.segment_id.topic_id_partition
     if isinstance(record, TopicTieringState):
         return TopicIdPartition(record.topic_id, record.topic, 0)  # a topic's records sit with its partition 0
+    if isinstance(record, ClusterTieringConfigs):
+        return CLUSTER_RECORDS  # the cluster's own, in one place
     return record.topic_id_partition
 
 
@@ -185,6 +190,8 @@ class TopicMetadataStore(RemoteLogMetadataManager):
                 del self._state.partitions[tp]
             for name in [n for n, t in self._state.topics.items() if here(TopicIdPartition(t.topic_id, n, 0))]:
                 del self._state.topics[name]
+            if here(CLUSTER_RECORDS):
+                self._state.cluster_configs = None
             self._owner_epochs.pop(partition, None)
 
     # --- the consumer thread -------------------------------------------------------------------
