@@ -136,6 +136,10 @@ class TieringConfig:
         for key in ("copy_max_bytes_per_second", "copy_quota_window_num", "copy_quota_window_size_seconds"):
             if getattr(config, key) < 1:
                 raise ValueError(f"{cls.KEYS[key]} must be at least 1, got {getattr(config, key)}")
+        for key in ("local_retention_ms", "local_retention_bytes"):
+            if getattr(config, key) < LOCAL_RETENTION_SAME_AS_TOTAL:
+                raise ValueError(f"{cls.KEYS[key]} must be at least {LOCAL_RETENTION_SAME_AS_TOTAL} "
+                                 f"({LOCAL_RETENTION_SAME_AS_TOTAL}: the total retention), got {getattr(config, key)}")
         for key in ("copy_lag_ms", "copy_lag_bytes"):
             if getattr(config, key) < -1:
                 raise ValueError(f"{cls.KEYS[key]} must be at least -1 (-1: the local retention), got {getattr(config, key)}")

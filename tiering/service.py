@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tiering.archive import Archive
 from tiering.client_security import ClientSecurity
+from tiering.cluster_configs import ClusterConfigs
 from tiering.config import STORAGE_URI_CONFIG, TieringConfig, require_uri
 from tiering.copy.manager import RemoteLogManager
 from tiering.metadata.manager import RemoteLogMetadataManager
@@ -143,6 +144,7 @@ class TieringService:
     metadata: RemoteLogMetadataManager
     manager: RemoteLogManager
     data_dir: Path
+    cluster_configs: ClusterConfigs  # the broker keys in effect: properties under dynamic defaults
     storage_uri: str = ""
     metadata_uri: str = ""
     ownership: object | None = None  # GroupOwnership when instances share a metadata topic
@@ -163,6 +165,8 @@ class TieringService:
         security = ClientSecurity.from_properties(props)
         data_dir, storage_uri, storage, metadata_uri, metadata = open_locations(bootstrap_servers, props, security)
         manager = RemoteLogManager(bootstrap_servers, storage, metadata, config, data_dir, security=security)
+        cluster_configs = ClusterConfigs(props, metadata)
+        manager.follow_config = cluster_configs.tiering
         ownership = None
         mode = str(props.get(OWNERSHIP_CONFIG, "group"))
         if mode not in OWNERSHIPS:
@@ -201,8 +205,8 @@ class TieringService:
         log.info("remote tier %s, metadata %s, data dir %s%s%s", storage_uri, metadata_uri, data_dir,
                  " (tiering every topic)" if config.tier_all_topics else "",
                  f"; at rest: {storage.at_rest.describe()}" if isinstance(storage, ObjectStorage) else "")
-        return cls(storage, metadata, manager, data_dir, storage_uri, metadata_uri, ownership, manifests, archive,
-                   read_replica)
+        return cls(storage, metadata, manager, data_dir, cluster_configs, storage_uri, metadata_uri, ownership,
+                   manifests, archive, read_replica)
 
     def start(self) -> None:
         if self.manifests is not None:

@@ -10,7 +10,7 @@ the tiered epoch).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +31,7 @@ TIERING_KEYS = (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES
 # Kafka's DescribeConfigs enums (ConfigSource, ConfigType).
 SOURCE_UNKNOWN = 0
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG = 1, 2, 5
@@ -171,12 +172,16 @@ def proxy_defaults(defaults: TieringConfig) -> dict[str, tuple[str, str, bool]]:
     }
 
 
-def describe(topic_values: Mapping[str, str], defaults: TieringConfig) -> list[DescribedConfig]:
+def describe(topic_values: Mapping[str, str], defaults: TieringConfig,
+             dynamic: Collection[str] = ()) -> list[DescribedConfig]:
     """The tiering keys of one topic as DescribeConfigs shows configs: the topic's own value
-    (DYNAMIC_TOPIC_CONFIG) or the default, with the broker-level synonym where there is one."""
+    (DYNAMIC_TOPIC_CONFIG) or the default, with the broker-level synonym where there is one
+    (``dynamic``: the broker keys set as cluster-wide dynamic defaults)."""
     described = []
     for key, (synonym, default, set_in_properties) in proxy_defaults(defaults).items():
         default_source = SOURCE_STATIC_BROKER_CONFIG if set_in_properties else SOURCE_DEFAULT_CONFIG
+        if synonym in dynamic:
+            default_source, set_in_properties = SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG, True
         synonyms: list[tuple[str, str | None, int]] = []
         if key in topic_values:
             synonyms.append((key, topic_values[key], SOURCE_DYNAMIC_TOPIC_CONFIG))

@@ -35,6 +35,7 @@ from proxy.filters.archived_topics import ArchivedTopics
 from proxy.filters.broker_configs import BrokerConfigs
 from proxy.filters.fetch_sessions import FetchSessions
 from proxy.filters.metrics import PrometheusMetrics
+from proxy.filters.remote_log_dirs import RemoteLogDirs
 from proxy.filters.tiered_offsets import TieredOffsets
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
@@ -58,5 +59,6 @@ def build_chain(config: ProxyConfig, tiering: TieringService | None) -> list[Fil
             chain += [ArchivedTopics(sources, reads.not_available_code, reads.by_topic),
                       ArchivedGroupOffsets(sources, tiering.metadata)]
         chain += [reads, TieredOffsets(tiering, reads.reader, reads.limiter, reads.tiered_by),
-                  BrokerConfigs(config.extra), TopicAdmin(config, tiering, reads.reader)]
+                  BrokerConfigs(tiering.cluster_configs), TopicAdmin(config, tiering, reads.reader),
+                  RemoteLogDirs(tiering, config.extra)]
     return chain

@@ -365,7 +365,7 @@ class ArchivedTopics(Filter):
 
 
 def _log_dir_topic(served: Served, partitions: set[int] | None, version: int) -> dict[str, Any]:
-    """An archived topic in the remote tier's log dir (as TopicAdmin lists tiered ones)."""
+    """An archived topic in the remote tier's log dir (as RemoteLogDirs lists tiered ones)."""
     entries = []
     for p, tp in sorted(served.topic.partitions.items()):
         if partitions is not None and p not in partitions:

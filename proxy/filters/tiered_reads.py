@@ -48,6 +48,14 @@ from proxy.byte_budget import ByteBudget
 from proxy.chain import Answer, Core, Filter, Message, RequestContext
 from proxy.partition_reads import THROTTLED, EarlyReads, FetchReads, PartitionKey, ReadEntry
 from proxy.topic_counters import TopicCounters
+from tiering.cluster_configs import (
+    FETCH_MAX_BYTES_PER_SECOND,
+    INDEX_CACHE_BYTES,
+    READ_KEYS,
+    READER_THREADS,
+    check_read_settings,
+    setting,
+)
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import TopicIdPartition
 from tiering.quota import UNLIMITED, ByteRateQuota
@@ -103,6 +111,10 @@ class TieredReads(Filter):
         self.fetch_quota = ByteRateQuota(*quota.values())
         self.reads = FetchReads(self.reader, self.limiter, self.buffer, self.max_wait_s,
                                 tiering.manager.questions.log_ends, self.fetch_quota)
+        # The cluster's dynamic defaults of these keys, followed at each Fetch (the readers and
+        # reads of archived topics too).
+        self._followed: object = None
+        self._readers, self._all_reads = [self.reader], [self.reads]
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.not_available = 0
@@ -129,7 +141,30 @@ class TieredReads(Filter):
         """Reads of archived topics' segments: a reader of its own over ``store`` and ``storage``, sharing
         this filter's threads, remote fetch buffer and wait (they have no log ends to ask of brokers)."""
         reader = RemoteReader.from_properties(store, storage, self.props)
-        return reader, FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {}, self.fetch_quota)
+        reads = FetchReads(reader, self.limiter, self.buffer, self.max_wait_s, lambda tps: {}, self.fetch_quota)
+        self._readers.append(reader)
+        self._all_reads.append(reads)
+        return reader, reads
+
+    def follow_cluster_configs(self) -> None:
+        """Take the cluster-wide dynamic defaults of the remote reads' keys, when they changed."""
+        record = self.tiering.cluster_configs.record()
+        if record is self._followed:
+            return
+        self._followed = record
+        props = self.tiering.cluster_configs.effective()
+        try:
+            check_read_settings(props)
+        except ValueError as exc:  # checked when altered: only a newer proxy's record can be refused
+            log.error("cluster-wide remote read settings not taken: %s", exc)
+            return
+        self.max_wait_s = setting(props, "remote.fetch.max.wait.ms", READ_KEYS["remote.fetch.max.wait.ms"]) / 1000
+        for reads in self._all_reads:
+            reads.max_wait_s = self.max_wait_s
+        self.fetch_quota.bound = setting(props, FETCH_MAX_BYTES_PER_SECOND, READ_KEYS[FETCH_MAX_BYTES_PER_SECOND])
+        self.limiter.total_tokens = setting(props, READER_THREADS, READ_KEYS[READER_THREADS])
+        for reader in self._readers:
+            reader.indexes.max_bytes = setting(props, INDEX_CACHE_BYTES, READ_KEYS[INDEX_CACHE_BYTES])
 
     @property
     def log_end_questions(self) -> int:
@@ -171,6 +206,7 @@ class TieredReads(Filter):
     # --- Fetch -----------------------------------------------------------------------------------
 
     def on_fetch(self, ctx: RequestContext) -> None:
+        self.follow_cluster_configs()
         version, request = ctx.version, ctx.request.body
         if version < 4:
             # Clients this old read message formats v0-v1 only, which the broker converts its own

@@ -1,5 +1,5 @@
 """Tiering through Kafka's own admin APIs: the proxy's part of CreateTopics, DescribeConfigs,
-AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DeleteTopics and DescribeLogDirs.
+AlterConfigs, IncrementalAlterConfigs, DeleteRecords and DeleteTopics.
 
 The tiering keys (``tiering.topic_configs.TIERING_KEYS``) are taken out of every request and kept
 in the metadata store; the rest of the request goes to the broker, which also checks that the
@@ -9,15 +9,12 @@ broker accepted, so a refused request changes nothing. Resources the proxy refus
 their place in the response.
 
 DescribeConfigs answers like a broker's ``describe --all``: every tiering key of every described
-topic, with the topic's value (DYNAMIC_TOPIC_CONFIG) or the proxy's default (DEFAULT_CONFIG, or
-STATIC_BROKER_CONFIG where the proxy's properties set it), whatever the broker listed for those
-keys. Broker configs count as a topic's own only as ``tiering.topic_configs.BrokerTopicConfigs``
-says (never a broker's defaults).
+topic, with the topic's value (DYNAMIC_TOPIC_CONFIG) or the proxy's default (a cluster-wide dynamic
+default, STATIC_BROKER_CONFIG where the proxy's properties set it, else DEFAULT_CONFIG), whatever the
+broker listed. Broker configs count as a topic's own only as ``BrokerTopicConfigs`` says.
 
 DeleteRecords moves the remote log start too (the copier deletes segments wholly below it);
-DeleteTopics marks the topic's remote partitions for deletion. DescribeLogDirs gains a log dir for
-the remote tier (``remote:`` + storage URI): per partition remote bytes and tiering lag, and in tagged
-fields only our ``describe`` reads, segment counts, KIP-950 states and each topic's last hour of cost.
+DeleteTopics marks the topic's remote partitions for deletion.
 """
 
 from __future__ import annotations
@@ -37,37 +34,27 @@ from protocol.apis import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
-    DESCRIBE_LOG_DIRS,
     INCREMENTAL_ALTER_CONFIGS,
 )
 from protocol.errors import ErrorCode
-from protocol.remote_log_dir import (
-    DATA_LOSS,
-    DIVERGENCE,
-    REMOTE_LOG_DIR_PREFIX,
-    TAG_DATA_LOSS,
-    TAG_DIVERGENCE,
-    TAG_TIERED_BY,
-    TAG_TIERING_STATE,
-)
 from proxy.chain import Answer, Filter, Message, RequestContext
 from proxy.config import ProxyConfig
 from tiering.broker_client import BrokerClient, BrokerClientError
-from tiering.model import TopicIdPartition, TopicTieringState
+from tiering.config import TieringConfig
+from tiering.model import TopicTieringState
 from tiering.read.reader import RemoteReader
 from tiering.service import TieringService
-from tiering.status import listed, owner_text, segment_tags, state_text
 from tiering.topic_configs import (
     REMOTE_STORAGE_ENABLE,
     TIERING_KEYS,
     BrokerTopicConfigs,
+    DescribedConfig,
     TopicConfigError,
     describe,
     is_enabled,
     transition,
     validate,
 )
-from tiering.topic_costs import TopicCosts
 from tiering.topic_owner import REMOTE_LOG_COPY_DISABLE, BrokerTiering, ownership_conflict, set_on_topic
 
 log = logging.getLogger(__name__)
@@ -86,21 +73,24 @@ def _now_ms() -> int:
 class TopicAdmin(Filter):
     name = "topic-admin"
     apis = frozenset({CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS,
-                      INCREMENTAL_ALTER_CONFIGS, DESCRIBE_LOG_DIRS})
-    version_overrides = {DESCRIBE_LOG_DIRS: (1, 4)}  # answered even where the broker has none
+                      INCREMENTAL_ALTER_CONFIGS})
+
+    @property
+    def defaults(self) -> TieringConfig:  # the proxy's properties under the cluster's dynamic defaults
+        return self.tiering.cluster_configs.tiering()
+
+    def _described(self, values: dict[str, str]) -> list[DescribedConfig]:
+        return describe(values, self.defaults, self.tiering.cluster_configs.dynamic())
 
     def __init__(self, config: ProxyConfig, tiering: TieringService, reader: RemoteReader) -> None:
         self.tiering = tiering
         self.reader = reader  # the remote log start (Rx) of tiered partitions
-        self.defaults = tiering.manager.config
-        self.costs = TopicCosts.from_config(tiering.storage.requests, tiering.metadata, config.extra)
         self._broker = BrokerClient(config.bootstrap, security=tiering.manager.security)
         self._broker_lock = threading.Lock()  # one request at a time on the helper client
         self._handlers = {
             CREATE_TOPICS: self.on_create_topics, DELETE_TOPICS: self.on_delete_topics,
             DELETE_RECORDS: self.on_delete_records, DESCRIBE_CONFIGS: self.on_describe_configs,
             ALTER_CONFIGS: self.on_alter_configs, INCREMENTAL_ALTER_CONFIGS: self.on_incremental_alter_configs,
-            DESCRIBE_LOG_DIRS: self.on_describe_log_dirs,
         }
 
     async def on_request(self, ctx: RequestContext) -> Answer | None:
@@ -173,7 +163,7 @@ class TopicAdmin(Filter):
                 if result.get("configs") is not None:
                     result["configs"] = [c for c in result["configs"] if c["name"] not in TIERING_KEYS] + [
                         {"name": d.name, "value": d.value, "read_only": False, "config_source": d.source,
-                         "is_sensitive": False} for d in describe(ours[name], self.defaults)]
+                         "is_sensitive": False} for d in self._described(ours[name])]
             answered = {r["name"]: r for r in response["topics"]}
             response["topics"] = [answered[n] if n in answered else refusal(n) for n in order if n in answered or n in refused]
             message.changed()
@@ -243,7 +233,7 @@ class TopicAdmin(Filter):
                 values = state.config_map if state is not None else \
                     BrokerTopicConfigs.from_described(result["configs"]).tiering_values()
                 configs = [c for c in result["configs"] if c["name"] not in TIERING_KEYS]
-                for d in describe(values, self.defaults):
+                for d in self._described(values):
                     configs.append({
                         "name": d.name, "value": d.value, "read_only": False, "config_source": d.source,
                         "is_default": d.is_default, "is_sensitive": False, "config_type": d.config_type,
@@ -431,70 +421,3 @@ class TopicAdmin(Filter):
 
         ctx.on_response(rewrite)
         return None
-
-    # --- DescribeLogDirs -------------------------------------------------------------------------
-
-    async def on_describe_log_dirs(self, ctx: RequestContext) -> Answer | None:
-        request = ctx.request.body
-        wanted = None if request["topics"] is None else {
-            (t["topic"], p) for t in request["topics"] for p in t["partitions"]}
-        version = ctx.version
-        low, high = ctx.broker_versions.get(DESCRIBE_LOG_DIRS, (0, -1))
-        if not low <= version <= high:  # the broker cannot answer: the remote tier's dir alone
-            body = {"throttle_time_ms": 0, "error_code": 0, "results": [self._remote_log_dir(wanted, version)]}
-            return ctx.answer(body)
-
-        async def rewrite(ctx: RequestContext, message: Message) -> None:
-            response = message.body
-            if response.get("error_code", ErrorCode.NONE) != ErrorCode.NONE:
-                return  # the broker refused (e.g. CLUSTER_AUTHORIZATION_FAILED): so does the remote tier
-            response["results"].append(self._remote_log_dir(wanted, version))
-            message.changed()
-
-        ctx.on_response(rewrite)
-        return None
-
-    def _remote_log_dir(self, wanted: set[tuple[str, int]] | None, version: int) -> dict[str, Any]:
-        metadata = self.tiering.metadata
-        lag = self.tiering.manager.lag()
-        partitions_listed, topics_listed = listed(self.tiering, lag)
-        wanted_topics = None if wanted is None else {topic for topic, _ in wanted}
-        # Topics being disabled, disabled, or tiered by the brokers may have no partitions here:
-        # listed with none, so that their state still shows.
-        by_topic: dict[str, list[TopicIdPartition]] = {
-            name: [] for name in topics_listed if wanted_topics is None or name in wanted_topics}
-        for tp in partitions_listed:
-            if wanted is None or (tp.topic, tp.partition) in wanted:
-                by_topic.setdefault(tp.topic, []).append(tp)
-        topics = []
-        total = 0
-        for name, tps in sorted(by_topic.items()):
-            partitions = []
-            for tp in sorted(tps, key=lambda t: t.partition):
-                segments = metadata.copied_segments(tp)
-                size = sum(s.segment_size_bytes for s in segments)
-                total += size
-                entry: dict[str, Any] = {"partition_index": tp.partition, "partition_size": size,
-                                         "offset_lag": lag.get(tp, 0), "is_future_key": False}
-                if version >= 2:
-                    entry["_unknown_tags"] = segment_tags(segments)
-                    lost = metadata.data_loss(tp)
-                    if lost:
-                        entry["_unknown_tags"][TAG_DATA_LOSS] = DATA_LOSS.pack(
-                            sum(last - first + 1 for first, last in lost), len(lost))
-                    diverged = metadata.divergences(tp)
-                    if diverged:
-                        entry["_unknown_tags"][TAG_DIVERGENCE] = DIVERGENCE.pack(
-                            sum(d.last_offset - d.first_offset + 1 for d in diverged), len(diverged))
-                partitions.append(entry)
-            topic: dict[str, Any] = {"name": name, "partitions": partitions}
-            if version >= 2:
-                text = state_text(self.tiering, name)
-                topic["_unknown_tags"] = {TAG_TIERED_BY: owner_text(self.tiering, name).encode()}
-                topic["_unknown_tags"].update(self.costs.tags(name))  # its last hour of cost
-                if text != "-":
-                    topic["_unknown_tags"][TAG_TIERING_STATE] = text.encode()
-            topics.append(topic)
-        return {"error_code": 0, "log_dir": f"{REMOTE_LOG_DIR_PREFIX}{self.tiering.storage_uri}", "topics": topics,
-                "total_bytes": total, "usable_bytes": -1, "is_cordoned": False}
-

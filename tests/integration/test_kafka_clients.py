@@ -357,11 +357,12 @@ def test_kafka_configs_describes_and_alters_every_tiered_storage_topic_key(kafka
     assert "remote.copy.lag.bytes=-1 " in _described_topic_configs(kafka, bootstrap, tiered.topic)["remote.copy.lag.bytes"]
 
 
-def test_kafka_configs_shows_the_proxys_tiered_storage_broker_keys_and_refuses_to_alter_them(
+def test_kafka_configs_shows_the_proxys_tiered_storage_broker_keys_and_refuses_to_alter_fixed_ones(
         kafka: KafkaCluster, proxy: ProxyProcess):
     """kafka-configs.sh --entity-type brokers through the proxy: the tiered-storage keys the proxy
-    owns show its values (the broker's say its own tiered storage is off), read-only; altering one
-    is refused with where to set it, and the broker's own value stays as it was."""
+    owns show its values (the broker's say its own tiered storage is off); altering one Kafka does
+    not change dynamically is refused with where to set it, and the broker's own value stays as it
+    was (the dynamic ones: tests/integration/test_cluster_dynamic_configs.py)."""
     def described(bootstrap: str) -> dict[str, str]:
         done = kafka.run_tool("configs", "--bootstrap-server", bootstrap, "--entity-type", "brokers", "--entity-name",
                               "1", "--describe", "--all", timeout=60)
@@ -380,11 +381,12 @@ def test_kafka_configs_shows_the_proxys_tiered_storage_broker_keys_and_refuses_t
     assert via_proxy["log.cleaner.threads"] == direct["log.cleaner.threads"]  # the rest is the broker's
     refused = kafka.run_tool("configs", "--bootstrap-server", proxy.bootstrap, "--entity-type", "brokers",
                              "--entity-default", "--alter", "--add-config",
-                             "remote.log.manager.copy.max.bytes.per.second=1000", timeout=60)
+                             "remote.log.manager.copy.quota.window.num=5", timeout=60)
     assert refused.returncode != 0
+    assert "Cannot update these configs dynamically" in refused.stdout + refused.stderr, tool_output(refused)
     assert "kept by the tiered-storage proxy" in refused.stdout + refused.stderr, tool_output(refused)
-    assert "remote.log.manager.copy.max.bytes.per.second=9223372036854775807 " in \
-        described(kafka.bootstrap)["remote.log.manager.copy.max.bytes.per.second"]
+    assert "remote.log.manager.copy.quota.window.num=11 " in \
+        described(kafka.bootstrap)["remote.log.manager.copy.quota.window.num"]
 
 
 def test_kafka_log_dirs_shows_the_remote_tier_through_the_proxy(kafka: KafkaCluster, tiered: Tiered):

@@ -1,5 +1,5 @@
 """The remote tier's log dir in DescribeLogDirs: the per-partition tagged fields the proxy's
-TopicAdmin filter packs from the metadata store (segments, offsets lost, offsets diverged) survive
+RemoteLogDirs filter packs from the metadata store (segments, offsets lost, offsets diverged) survive
 the wire and ``describe`` reads them back into its rows and table."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from protocol.apis import DESCRIBE_LOG_DIRS, LIST_OFFSETS
 from protocol.message_codec import codec
 from protocol.remote_log_dir import TAG_DATA_LOSS, TAG_DIVERGENCE, TAG_SEGMENT_COUNT, TAG_STORED_BYTES
 from proxy.describe import PartitionRow, _remote_log_dir, format_rows
-from proxy.filters.topic_admin import TopicAdmin
+from proxy.filters.remote_log_dirs import RemoteLogDirs
 from tests.unit.test_describe_errors import _Answers
 from tiering.cost import Prices
 from tiering.metadata.journal_store import FileMetadataStore
@@ -40,9 +40,9 @@ def _copied(store: FileMetadataStore, tp: TopicIdPartition, start: int, end: int
         segment.segment_id, 1, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1))
 
 
-def _admin(store: FileMetadataStore) -> TopicAdmin:
-    """A TopicAdmin filter with only what answering DescribeLogDirs reads (no broker client)."""
-    admin = object.__new__(TopicAdmin)
+def _admin(store: FileMetadataStore) -> RemoteLogDirs:
+    """A RemoteLogDirs filter with only what answering DescribeLogDirs reads (no broker client)."""
+    admin = object.__new__(RemoteLogDirs)
     manager = SimpleNamespace(lag=dict, brokers_hold=frozenset(), tiered_by=lambda _: TieredBy.PROXY)
     admin.tiering = SimpleNamespace(metadata=store, manager=manager, storage_uri="file:///r")  # type: ignore[assignment]
     admin.costs = TopicCosts(StorageRequests(), store, Prices())

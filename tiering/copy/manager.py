@@ -1,14 +1,13 @@
 """The remote log manager: finds the tiered partitions and runs their copiers on a bounded pool.
 
 Every ``remote.log.manager.task.interval.ms`` one round: read the cluster's topics (Metadata,
-DescribeConfigs), keep one :class:`PartitionCopier` per partition of each topic with
-``remote.storage.enable=true`` set on it (through the proxy, or at a broker that knows the key
-but has no tiered storage of its own; a broker's default never counts, see
-``BrokerTopicConfigs``), or of every non-compacted topic under ``proxy.tier.all.topics``, and run
-the due copiers on ``remote.log.manager.thread.pool.size`` worker threads. Topics the brokers tier
-themselves are theirs (``tiering.topic_owner``): never copied, trimmed or expired here. A round
-waits for its passes, so a copier never runs twice at once. The manager runs on its own thread,
-apart from the proxy's event loop: client traffic never waits for it.
+DescribeConfigs), keep a :class:`PartitionCopier` per partition of each topic with
+``remote.storage.enable=true`` set on it (through the proxy, or at a broker that knows the key but
+has no tiered storage; a broker's default never counts, see ``BrokerTopicConfigs``), or of every
+non-compacted topic under ``proxy.tier.all.topics``, and run the due copiers on
+``remote.log.manager.thread.pool.size`` threads. Topics the brokers tier themselves are theirs
+(``tiering.topic_owner``): never copied, trimmed or expired here. A round waits for its passes, so
+a copier never runs twice at once. The manager has its own thread: client traffic never waits.
 """
 
 from __future__ import annotations
@@ -66,6 +65,7 @@ class RemoteLogManager:
         self.metrics = TieringMetrics()
         self.copy_quota = ByteRateQuota(config.copy_max_bytes_per_second, config.copy_quota_window_num,
                                         config.copy_quota_window_size_seconds)  # KIP-956, across every copier
+        self.follow_config: Callable[[], TieringConfig] = lambda: self.config  # the settings in effect
         self.gaps = GapLog(self.data_dir / "data-loss-gaps.jsonl")
         self.copiers: dict[TopicIdPartition, PartitionCopier] = {}
         self.rounds, self.last_round_s = 0, 0.0  # rounds finished; seconds the last one took
@@ -136,6 +136,9 @@ class RemoteLogManager:
 
     def run_once(self) -> None:
         with self._round_lock:
+            config = self.follow_config()
+            if config is not self.config:  # the cluster's dynamic defaults changed (KIP-956's rate too)
+                self.config, self.copy_quota.bound = config, config.copy_max_bytes_per_second
             self._run_round()
 
     def release(self, metadata_partitions: set[int]) -> None:
@@ -483,17 +486,14 @@ class RemoteLogManager:
             lag_offsets = max(0, copier.last_stable - (ry + 1 if ry is not None else max(copier.log_start, 0)))
             lag_bytes = lag_offsets * size // offsets if offsets else 0
             lag_segments = -(-lag_bytes // copier.settings.segment_bytes) if lag_bytes else 0
-            entry = out.setdefault(tp.topic, [0, 0, 0])
-            entry[0] += lag_bytes
-            entry[1] += lag_segments
-            entry[2] += size
+            totals = out.setdefault(tp.topic, [0, 0, 0])
+            for i, value in enumerate((lag_bytes, lag_segments, size)):
+                totals[i] += value
         return {topic: (a, b, c) for topic, (a, b, c) in out.items()}
 
     def lag(self) -> dict[TopicIdPartition, int]:
         """Offsets below the last stable offset not yet in a copied segment, per partition."""
-        result = {}
-        # A copy: DescribeLogDirs and the status page call this from threads other than the
-        # manager's, which adds and removes copiers meanwhile.
+        result = {}  # over a copy: other threads call this while the manager adds and removes copiers
         for tp, copier in list(self.copiers.items()):
             ry = copier.remote_end()
             result[tp] = max(0, copier.last_stable - (ry + 1 if ry is not None else max(copier.log_start, 0)))
