@@ -28,6 +28,7 @@ from protocol.apis import API_VERSIONS, all_apis
 from proxy.embedded_broker import EmbeddedBroker, start_broker
 from proxy.filters.address_rewriting import AddressRewriting
 from proxy.filters.fetch_sessions import FetchSessions
+from proxy.filters.remote_log_dirs import RemoteLogDirs
 from proxy.filters.tiered_offsets import TieredOffsets
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
@@ -44,9 +45,10 @@ SENT = re.compile(r"client \S+ sent (\w+) v(\d+)")
 
 def offered_with_tiering(broker: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """What `tiered-proxy serve` (tiering on, as by default) offers in front of ``broker``."""
-    read = AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TieredOffsets.apis | TopicAdmin.apis
+    read = (AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TieredOffsets.apis | TopicAdmin.apis
+            | RemoteLogDirs.apis)
     return negotiate_versions(broker, TieredReads.version_caps,
-                              {**TieredOffsets.version_overrides, **TopicAdmin.version_overrides}, read)
+                              {**TieredOffsets.version_overrides, **RemoteLogDirs.version_overrides}, read)
 
 
 def api_versions(bootstrap: str) -> Ranges:

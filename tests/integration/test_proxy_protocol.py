@@ -9,8 +9,8 @@ import pytest
 
 from protocol.apis import API_VERSIONS, DESCRIBE_LOG_DIRS, LIST_OFFSETS, METADATA, PRODUCE, all_apis
 from protocol.errors import ErrorCode
+from proxy.filters.remote_log_dirs import RemoteLogDirs
 from proxy.filters.tiered_offsets import TieredOffsets
-from proxy.filters.topic_admin import TopicAdmin
 from tests.api_matrix import offered_with_tiering
 from tests.delivery import CheckedProducer
 from tests.proxy_process import start_proxy
@@ -36,7 +36,7 @@ def test_api_versions_is_what_proxy_and_broker_both_support(upstream, proxy):
     # ListOffsets and DescribeLogDirs answered by the proxy (tests/unit/test_version_negotiation.py).
     assert via_proxy == offered_with_tiering(broker)
     for key in (LIST_OFFSETS, DESCRIBE_LOG_DIRS):
-        assert via_proxy[key][1] == TieredOffsets.version_overrides.get(key, TopicAdmin.version_overrides.get(key))[1]
+        assert via_proxy[key][1] == TieredOffsets.version_overrides.get(key, RemoteLogDirs.version_overrides.get(key))[1]
 
 
 def test_apis_only_kio_defines_pass_through(tansu, tmp_path):

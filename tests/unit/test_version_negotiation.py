@@ -22,6 +22,7 @@ from protocol.apis import (
 )
 from proxy.filters.address_rewriting import AddressRewriting
 from proxy.filters.fetch_sessions import FetchSessions
+from proxy.filters.remote_log_dirs import RemoteLogDirs
 from proxy.filters.tiered_offsets import TieredOffsets, list_offsets_upstream_version
 from proxy.filters.tiered_reads import TieredReads
 from proxy.filters.topic_admin import TopicAdmin
@@ -29,9 +30,10 @@ from proxy.server import negotiate_versions
 
 RELEASES = [(3, 7), (3, 9), (4, 0), (4, 1), (4, 2)]
 TIERING_CAPS = dict(TieredReads.version_caps)
-TIERING_OVERRIDES = {**TieredOffsets.version_overrides, **TopicAdmin.version_overrides}
+TIERING_OVERRIDES = {**TieredOffsets.version_overrides, **RemoteLogDirs.version_overrides}
 PASS_THROUGH_READ = AddressRewriting.apis
-TIERING_READ = AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TieredOffsets.apis | TopicAdmin.apis
+TIERING_READ = (AddressRewriting.apis | FetchSessions.apis | TieredReads.apis | TieredOffsets.apis | TopicAdmin.apis
+                | RemoteLogDirs.apis)
 
 
 @pytest.mark.parametrize("tiering", [False, True], ids=["pass-through", "tiering"])
