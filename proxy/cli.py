@@ -46,6 +46,21 @@ def _add_command_config(p: argparse.ArgumentParser) -> None:
                         "${env:NAME} and ${file:PATH:KEY} references are resolved")
 
 
+def _source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
+    """The tiered-kafka source's options for backfill and iceberg."""
+    options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": topic,
+               "remote.log.storage.uri": args.remote, "remote.log.metadata.uri": args.metadata,
+               "kafka.isolation.level": args.isolation_level, "includeHeaders": "true"}
+    # Spark's Kafka source takes client settings as kafka.-prefixed options.
+    options.update({SPARK_PREFIX + k: v for k, v in _command_config(args)[0].items()})
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options
+
+
 def _command_config(args: argparse.Namespace) -> tuple[dict[str, str], ClientSecurity]:
     """The --command-config file's settings (unprefixed Kafka client names) and the security they give."""
     if args.command_config is None:
@@ -145,6 +160,30 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append"])
     _add_command_config(backfill)
     backfill.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    iceberg = sub.add_parser("iceberg", help="keep an Apache Iceberg table per topic in step with the remote tier, "
+                                             "with Spark 4.0/4.1 and Iceberg's Spark runtime (a run adds what was "
+                                             "tiered since the last, exactly once, and deletes what the remote tier lost)")
+    iceberg.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT", help="the proxy")
+    iceberg.add_argument("--topic", required=True, help="topic (or comma-separated topics): a table each")
+    iceberg.add_argument("--remote", required=True, metavar="URI", help="the proxy's remote tier (remote.log.storage.uri)")
+    iceberg.add_argument("--metadata", required=True, metavar="URI",
+                         help="the proxy's metadata store (remote.log.metadata.uri)")
+    iceberg.add_argument("--warehouse", required=True, metavar="URI", help="the Iceberg catalog's warehouse (a folder "
+                                                                           "or bucket URI Spark can write)")
+    iceberg.add_argument("--catalog", default="tiered", help="the Iceberg catalog's name in Spark (default tiered)")
+    iceberg.add_argument("--catalog-type", default="hadoop", choices=["hadoop", "jdbc", "rest"],
+                         help="hadoop (the warehouse alone, no server), jdbc (a SQL database, e.g. SQLite) or rest")
+    iceberg.add_argument("--catalog-uri", help="the jdbc: or http(s): URI of a jdbc or rest catalog")
+    iceberg.add_argument("--namespace", default="kafka", help="the tables' namespace (default kafka)")
+    iceberg.add_argument("--iceberg-runtime", default=None, metavar="COORDINATE|JAR",
+                         help="Iceberg's Spark runtime: a Maven coordinate Spark fetches, or a local jar "
+                              "(default the one for Spark 4.1)")
+    iceberg.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    iceberg.add_argument("--isolation-level", default="read_committed", choices=["read_committed", "read_uncommitted"])
+    iceberg.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                         help="another data source option (e.g. remote.log.storage.s3.access.key.id=...), repeatable")
+    _add_command_config(iceberg)
+    iceberg.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     keys_command.add_parser(sub)
     return parser
 
@@ -219,19 +258,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "backfill":
             from tiering.spark.backfill import backfill, spark_session
 
-            options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": args.topic,
-                       "remote.log.storage.uri": args.remote, "remote.log.metadata.uri": args.metadata,
-                       "kafka.isolation.level": args.isolation_level, "includeHeaders": "true"}
-            # Spark's Kafka source takes client settings as kafka.-prefixed options.
-            options.update({SPARK_PREFIX + k: v for k, v in _command_config(args)[0].items()})
-            for item in args.option:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"--option {item!r}: expected KEY=VALUE")
-                options[key.strip()] = value.strip()
             spark = spark_session(args.master)
             try:
-                backfill(spark, options, args.output, mode=args.mode)
+                backfill(spark, _source_options(args, args.topic), args.output, mode=args.mode)
+            finally:
+                spark.stop()
+            return 0
+        if args.command == "iceberg":
+            from tiering.spark.iceberg import ICEBERG_RUNTIME, iceberg_session, sync, table_name
+
+            spark = iceberg_session(args.master, args.catalog, args.warehouse, catalog_type=args.catalog_type,
+                                    catalog_uri=args.catalog_uri, runtime=args.iceberg_runtime or ICEBERG_RUNTIME)
+            try:
+                spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {args.catalog}.{args.namespace}")
+                for topic in [t.strip() for t in args.topic.split(",") if t.strip()]:
+                    sync(spark, f"{args.catalog}.{args.namespace}.{table_name(topic)}", _source_options(args, topic))
             finally:
                 spark.stop()
             return 0

@@ -128,7 +128,7 @@ def spark_reads(master: str, options: dict[str, str], reads: int) -> tuple[list[
 def in_process_read(options: dict[str, str], count: int) -> tuple[float, int]:
     """Every split of the data source read in this process, one after the other (what its
     executors do in Python, without Spark's scheduling and Arrow hand-over); (seconds, splits)."""
-    from tiering.spark.source import TieredKafkaBatchReader
+    from tiering.spark.splits import TieredKafkaBatchReader
 
     reader = TieredKafkaBatchReader(options)
     splits = reader.partitions()

@@ -135,7 +135,7 @@ def _read_with_the_spark_source(proxy: ProxyProcess, topic: str, tier: Tier, rin
     them, over the bucket's own (sealed) manifests and sealed segments."""
     import pyarrow
 
-    from tiering.spark.source import RemoteSplit, TieredKafkaBatchReader
+    from tiering.spark.splits import RemoteSplit, TieredKafkaBatchReader
 
     reader = TieredKafkaBatchReader({
         "kafka.bootstrap.servers": proxy.bootstrap, "subscribe": topic, "remote.log.storage.uri": tier.uri,

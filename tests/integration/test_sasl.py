@@ -632,7 +632,7 @@ def _spark_options(cluster: Cluster, user: str) -> dict[str, Any]:
 
 
 def test_the_spark_source_plans_only_what_the_jobs_principal_may_read(cluster: Cluster) -> None:
-    from tiering.spark.source import RemoteSplit, TailSplit, TieredKafkaBatchReader, TopicAuthorizationError
+    from tiering.spark.splits import RemoteSplit, TailSplit, TieredKafkaBatchReader, TopicAuthorizationError
 
     splits = TieredKafkaBatchReader(_spark_options(cluster, "alice")).partitions()
     assert any(isinstance(s, RemoteSplit) for s in splits) and all(isinstance(s, RemoteSplit | TailSplit) for s in splits)

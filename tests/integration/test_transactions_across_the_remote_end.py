@@ -58,7 +58,7 @@ def _proxy(kafka, work: Path) -> ProxyProcess:
 def _spark_rows(proxy: ProxyProcess, data_dir: Path, topic: str) -> list[bytes]:
     """What the tiered-kafka Spark source reads read_committed, planned and read as its driver and
     executors do (without a Spark session: the same functions)."""
-    from tiering.spark.source import TieredKafkaBatchReader, read_split
+    from tiering.spark.splits import TieredKafkaBatchReader, read_split
 
     options = {"kafka.bootstrap.servers": proxy.bootstrap, "subscribe": topic, "kafka.isolation.level": "read_committed",
                "remote.log.storage.uri": f"file://{data_dir / 'remote'}",

@@ -23,7 +23,8 @@ from tests.bench.record_decode import ListRowBuilder
 from tests.unit.test_record_columns import batches as random_batches
 from tiering.spark import rows as rows_module
 from tiering.spark.rows import NO_END, AbortedTransactions, RowBuilder, arrow_schema, batches_to_rows
-from tiering.spark.source import CaseInsensitiveOptions, _rate_limit
+from tiering.spark.splits import CaseInsensitiveOptions
+from tiering.spark.stream import _rate_limit
 
 # The C walker when built (test_record_columns.py fails when it is not), and the Python one.
 WALKERS = [pytest.param(True, marks=pytest.mark.skipif(not COMPILED, reason="protocol._record_columns is not built")),

@@ -1,0 +1,186 @@
+"""``tiered-proxy iceberg`` (tiering/spark/iceberg.py): a tiered topic kept as an Apache Iceberg table
+by Spark 4.1 with Iceberg's Spark runtime from Maven Central, in front of Apache Kafka 4.4.
+
+The table is read back by readers nobody here wrote (pyiceberg, and Spark SQL through Iceberg's
+runtime) and compared, row by row, with a read_committed read of the topic from offset 0 through
+the proxy: no aborted record, every tiered record once. A run with nothing new adds nothing; a run
+killed at a random point and run again leaves no duplicate and no gap (five times); and
+DeleteRecords through the proxy takes the deleted rows out of the table in the next run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.admin_clients import Admin
+from tests.iceberg_spark import iceberg_command, spark_sql
+from tests.kafka_cluster import KafkaCluster
+from tests.proxy_process import ProxyProcess, start_proxy
+from tests.tiering_checks import leader_offsets, produce_mixed, produce_numbered, wait_until
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+SEGMENT_BYTES = 32 * 1024
+LATEST_TIERED = -5
+JOB_TIMEOUT_S = 300
+Row = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
+
+
+@pytest.fixture
+def proxy(kafka: KafkaCluster, tmp_path: Path) -> Iterator[ProxyProcess]:
+    started = start_proxy(kafka.bootstrap, tmp_path, "--data-dir", str(tmp_path / "data"),
+                          "--set", "remote.log.manager.task.interval.ms=200", "--set", f"log.segment.bytes={SEGMENT_BYTES}")
+    yield started
+    started.stop()
+
+
+def _job_args(proxy: ProxyProcess, tmp_path: Path, topic: str) -> list[str]:
+    return ["--bootstrap-servers", proxy.bootstrap, "--topic", topic, "--remote", f"file://{tmp_path}/data/remote",
+            "--metadata", f"file://{tmp_path}/data/metadata", "--warehouse", f"file://{tmp_path}/warehouse",
+            "--master", "local[2]"]
+
+
+def _run(args: list[str]) -> str:
+    command, env = iceberg_command(*args)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return "\n".join(line for line in done.stderr.splitlines() if line.startswith("iceberg: "))
+
+
+def _killed_run(args: list[str], after_s: float) -> None:
+    """A run killed (SIGKILL, Spark's JVM too) ``after_s`` seconds in, whatever it was doing."""
+    command, env = iceberg_command(*args)
+    job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        job.wait(after_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+
+
+def _table_rows(warehouse: Path, name: str) -> list[Row]:
+    """The table as pyiceberg reads it: its newest committed metadata (a Hadoop table commits by
+    renaming the next vN.metadata.json into place)."""
+    from pyiceberg.table import StaticTable
+
+    folder = warehouse / "kafka" / name / "metadata"
+    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
+    table = StaticTable.from_metadata(str(newest))
+    rows = table.scan(selected_fields=("partition", "offset", "key", "value")).to_arrow()
+    return list(zip(*(rows[c].to_pylist() for c in ("partition", "offset", "key", "value")), strict=True))
+
+
+def _committed_read(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Row]:
+    """Every record below ``ends`` read from offset 0 through the proxy, read_committed."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ice-{os.urandom(4).hex()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+    got: list[Row] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                assert message.error() is None, message.error()
+                if message.offset() < ends[message.partition()]:
+                    got.append((message.partition(), message.offset(), message.key(), message.value()))
+            positions = consumer.position([TopicPartition(topic, p) for p in ends])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                return got
+        raise AssertionError(f"read {len(got)} records through the proxy, not up to {ends} in 120 s")
+    finally:
+        consumer.close()
+
+
+def _table_ends(warehouse: Path, name: str) -> dict[int, int]:
+    """The next offset per partition the table's newest append recorded."""
+    from pyiceberg.table import StaticTable
+
+    folder = warehouse / "kafka" / name / "metadata"
+    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
+    table = StaticTable.from_metadata(str(newest))
+    for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True):
+        recorded = snapshot.summary.additional_properties.get("tiered-proxy.offsets") if snapshot.summary else None
+        if recorded is not None:
+            return {int(p): o for p, o in next(iter(json.loads(recorded).values())).items()}
+    return {}
+
+
+def _tiered_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    return {p: o + 1 for p, o in leader_offsets(bootstrap, topic, LATEST_TIERED).items()}
+
+
+def _same_as_the_topic(proxy: ProxyProcess, warehouse: Path, topic: str) -> list[Row]:
+    rows = _table_rows(warehouse, topic.replace("-", "_"))
+    keys = [(p, o) for p, o, _, _ in rows]
+    assert len(keys) == len(set(keys)), "a record twice in the table"
+    expected = _committed_read(proxy.bootstrap, topic, _table_ends(warehouse, topic.replace("-", "_")))
+    assert sorted(rows) == sorted(expected)
+    return rows
+
+
+def test_a_tiered_topic_kept_as_an_iceberg_table_exactly_once(kafka: KafkaCluster, proxy: ProxyProcess,
+                                                              tmp_path: Path, unique_name: str) -> None:
+    topic = f"ice-{unique_name}"
+    name = topic.replace("-", "_")
+    warehouse = tmp_path / "warehouse"
+    admin = Admin("confluent", proxy.bootstrap)
+    try:
+        admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
+        produce_numbered(proxy.bootstrap, topic, 0, 3000, PARTITIONS, value_bytes=200)  # incompressible: segments close
+        workload = produce_mixed(proxy.bootstrap, topic, 1000, transactions=3, transaction_size=30)
+        assert workload.aborted_messages == 30
+        produce_numbered(proxy.bootstrap, topic, 3000, 1000, PARTITIONS, value_bytes=200)  # the transactions tiered too
+        args = _job_args(proxy, tmp_path, topic)
+        assert wait_until(lambda: min(_tiered_ends(proxy.bootstrap, topic).values()) > 2000, 60), \
+            (_tiered_ends(proxy.bootstrap, topic), leader_offsets(proxy.bootstrap, topic, -1))
+
+        # 1. The first run: everything tiered, read_committed.
+        said = _run(args)
+        assert " rows added" in said, said
+        rows = _same_as_the_topic(proxy, warehouse, topic)
+        values = {value for _, _, _, value in rows}
+        assert b"tx0-0" in values and b"tx2-0" not in values  # committed in, aborted out (read_committed)
+        assert len(rows) > 4000
+
+        # 2. Nothing new: nothing added.
+        held = _table_ends(warehouse, name)
+        if _tiered_ends(proxy.bootstrap, topic) == held:
+            assert ": 0 offsets to add" in _run(args)
+
+        # 3. Killed at a random point and run again, five times, the topic growing in between.
+        rng = random.Random(unique_name)
+        for round_ in range(5):
+            before = _table_ends(warehouse, name)
+            produce_numbered(proxy.bootstrap, topic, 10_000 * (round_ + 1), 400, PARTITIONS, value_bytes=200)
+            assert wait_until(lambda b=before: any(o > b[p] for p, o in _tiered_ends(proxy.bootstrap, topic).items()), 60)
+            _killed_run(args, rng.uniform(0.5, 10.0))
+            _run(args)
+            _same_as_the_topic(proxy, warehouse, topic)
+            assert any(o > before[p] for p, o in _table_ends(warehouse, name).items()), round_
+
+        # 4. DeleteRecords through the proxy: the next run deletes those rows too.
+        admin.delete_records(topic, {0: 500})
+        said = _run(args)
+        rows = _same_as_the_topic(proxy, warehouse, topic)
+        assert min(o for p, o, _, _ in rows if p == 0) >= 500, said
+        assert any(p == 1 and o < 500 for p, o, _, _ in rows)
+
+        # 5. Spark SQL, through Iceberg's runtime, reads what pyiceberg read.
+        ((count, distinct, offsets),) = spark_sql(f"file://{warehouse}", "SELECT count(*), count(DISTINCT partition, "
+                                                  f"offset), sum(offset) FROM tiered.kafka.{name}")
+        assert (count, distinct, offsets) == (len(rows), len(rows), sum(o for _, o, _, _ in rows))
+    finally:
+        admin.close()

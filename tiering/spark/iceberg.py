@@ -1,0 +1,165 @@
+"""Tiered topics as Apache Iceberg tables, kept in step with the remote tier by Spark
+(``tiered-proxy iceberg``).
+
+Each run appends to one Iceberg table per topic the records the remote tier gained since the last
+run, read by the ``tiered-kafka`` source (one Spark task per remote segment, straight from the
+remote tier), and deletes from it what the remote tier no longer holds:
+
+- **Columns** are Spark's Kafka source's: ``key, value, topic, partition, offset, timestamp,
+  timestampType, headers``. The table is partitioned by ``days(timestamp)``: people ask a topic's
+  history for a time range ("yesterday's orders"), and a day keeps files few and large at any rate;
+  a Kafka partition is how the data was written, not how it is asked for. Within a day, files are
+  sorted by partition and offset, so a lookup by offset reads few of them.
+- **In step with the remote tier**: a run reads each partition from where the table ends to the
+  highest tiered offset (ListOffsets -5 through the proxy), never the brokers' tail, so what it adds
+  is what the remote tier holds.
+- **Exactly once**: the append that adds the rows records, in the same Iceberg commit, the next
+  offset of every partition (snapshot summary ``tiered-proxy.offsets``). A run starts from the
+  newest snapshot that records them. A run killed at any point either committed (and the next
+  starts after it) or did not (and the next reads the same range again): no duplicate, no gap.
+- **read_committed** by default: aborted transactions never reach the table.
+- **Deletes follow the topic**: rows below a partition's remote log start (retention, DeleteRecords;
+  ListOffsets -2 through the proxy) are deleted with Iceberg row-level deletes in the same run, as
+  are a topic's rows once its remote data is deleted (KIP-950's ``delete`` policy).
+
+It runs on Spark 4.0 or 4.1 with Iceberg's Spark runtime (:data:`ICEBERG_RUNTIME`, from Maven
+Central through ``spark.jars.packages``, or a local jar): Iceberg has no runtime for Spark 4.2+
+yet. Catalogs: Hadoop (a folder or bucket, no server), SQL (e.g. SQLite through JDBC) or REST.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from tiering.spark.splits import OffsetPlanner
+
+ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
+LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
+EARLIEST = -2  # ListOffsets through the proxy: the remote log start
+CATALOG_TYPES = ("hadoop", "rest", "jdbc")
+TABLE_COLUMNS = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                 "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+
+Offsets = dict[tuple[str, int], int]
+
+
+@dataclass
+class SyncResult:
+    table: str
+    rows_added: int
+    rows_deleted: int
+    before: Offsets  # next offset per partition the table held before the run
+    after: Offsets  # ... and after it
+    seconds: float
+
+
+def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
+        master: str, catalog: str, warehouse: str, *, catalog_type: str = "hadoop", catalog_uri: str | None = None,
+        runtime: str = ICEBERG_RUNTIME, conf: Mapping[str, str] | None = None):
+    """A session with Iceberg's extensions, the ``tiered-kafka`` source and one Iceberg catalog
+    named ``catalog``. ``runtime``: a Maven coordinate (fetched by Spark) or a local jar."""
+    from pyspark.sql import SparkSession
+
+    from tiering.spark.source import TieredKafkaDataSource
+
+    if catalog_type not in CATALOG_TYPES:
+        raise ValueError(f"catalog type {catalog_type!r}: expected one of {', '.join(CATALOG_TYPES)}")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    prefix = f"spark.sql.catalog.{catalog}"
+    settings = {
+        "spark.jars" if runtime.endswith(".jar") else "spark.jars.packages": runtime,
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+        prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": catalog_type,
+        f"{prefix}.warehouse": warehouse,
+        **({f"{prefix}.uri": catalog_uri} if catalog_uri else {}),
+        **(conf or {}),
+    }
+    builder = SparkSession.builder.master(master).appName("tiered-proxy-iceberg")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.dataSource.register(TieredKafkaDataSource)
+    return session
+
+
+def committed_offsets(spark, table: str) -> Offsets:  # noqa: ANN001
+    """The next offset of every partition, as the newest snapshot that records them says ({} when
+    the table has none yet). Deletes commit snapshots without them: the newest that has them is
+    the last append's."""
+    rows = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC").collect()
+    for row in rows:
+        recorded = (row.summary or {}).get(OFFSETS_PROPERTY)
+        if recorded is not None:
+            return {(topic, int(p)): int(o) for topic, ps in json.loads(recorded).items() for p, o in ps.items()}
+    return {}
+
+
+def _as_json(offsets: Offsets) -> str:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, p), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(p)] = offset
+    return json.dumps(out, sort_keys=True)
+
+
+def table_name(topic: str) -> str:
+    """A topic's table name: Kafka's name characters that SQL identifiers lack become ``_``."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in topic)
+
+
+def sync(spark, table: str, options: Mapping[str, str], *,  # noqa: ANN001
+         progress: TextIO | None = sys.stderr) -> SyncResult:
+    """One run for one topic (``options``: the ``tiered-kafka`` source's, ``subscribe`` one topic):
+    append what the remote tier gained since the last run, delete what it lost."""
+    started = time.monotonic()
+    if not spark.catalog.tableExists(table):
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({TABLE_COLUMNS}) USING iceberg "
+                  "PARTITIONED BY (days(timestamp)) TBLPROPERTIES ('format-version'='2', "
+                  "'write.delete.mode'='merge-on-read')")
+        spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY partition, offset")
+    planner = OffsetPlanner(options)
+    partitions = planner.partitions()
+    tiered_end = {tp: o + 1 for tp, o in planner.list_offsets(partitions, LATEST_TIERED).items()}
+    remote_start = planner.list_offsets(partitions, EARLIEST)
+    before = committed_offsets(spark, table)
+    # A partition starts where the table ends; records gone from the remote tier meanwhile are gone.
+    start = {tp: max(before.get(tp, 0), remote_start[tp]) for tp in partitions}
+    end = {tp: max(tiered_end[tp], start[tp]) for tp in partitions}
+    after = {**before, **end}
+    added = sum(end[tp] - start[tp] for tp in partitions)
+    if progress is not None:
+        print(f"iceberg: {table}: {added} offsets to add over {len(partitions)} partitions", file=progress, flush=True)
+    rows_added = 0
+    if added:
+        reader = spark.read.format("tiered-kafka").option("includeHeaders", "true")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        df = reader.option("startingOffsets", _as_json(start)).option("endingOffsets", _as_json(end)).load()
+        df.writeTo(table).option(f"snapshot-property.{OFFSETS_PROPERTY}", _as_json(after)).append()
+        summary = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+        rows_added = int((summary[0].summary or {}).get("added-records", 0)) if summary else 0
+    rows_deleted = _delete_below(spark, table, remote_start)
+    result = SyncResult(table, rows_added, rows_deleted, before, after, time.monotonic() - started)
+    if progress is not None:
+        print(f"iceberg: {table}: {rows_added} rows added, {rows_deleted} deleted, {result.seconds:.1f}s",
+              file=progress, flush=True)
+    return result
+
+
+def _delete_below(spark, table: str, remote_start: Offsets) -> int:  # noqa: ANN001
+    """Delete the rows below each partition's remote log start; how many there were."""
+    condition = " OR ".join(f"(topic = '{topic}' AND partition = {p} AND offset < {o})"
+                            for (topic, p), o in sorted(remote_start.items()) if o > 0)
+    if not condition:
+        return 0
+    doomed = spark.sql(f"SELECT count(*) AS n FROM {table} WHERE {condition}").collect()[0].n
+    if doomed:
+        spark.sql(f"DELETE FROM {table} WHERE {condition}")
+    return doomed
