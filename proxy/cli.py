@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     iceberg.add_argument("--catalog-uri", help="the jdbc: or http(s): URI of a jdbc or rest catalog")
     iceberg.add_argument("--namespace", default="kafka", help="the tables' namespace (default kafka)")
     iceberg.add_argument("--iceberg-runtime", default=None, metavar="COORDINATE|JAR",
-                         help="Iceberg's Spark runtime: a Maven coordinate Spark fetches, or a local jar "
-                              "(default the one for Spark 4.1)")
+                         help="Iceberg's Spark runtime: a Maven coordinate (downloaded from Maven Central once "
+                              "into ~/.cache/tiered-proxy/jars) or a local jar (default the one for Spark 4.1)")
     iceberg.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     iceberg.add_argument("--isolation-level", default="read_committed", choices=["read_committed", "read_uncommitted"])
     iceberg.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -64,12 +64,13 @@ def iceberg_python() -> Path:
     return python
 
 
-def iceberg_command(*args: str) -> tuple[list[str], dict[str, str]]:
-    """``tiered-proxy iceberg ARGS`` as the Spark 4.1 environment runs it: (command, environment)."""
+def iceberg_command(*args: str, command: str = "iceberg") -> tuple[list[str], dict[str, str]]:
+    """``tiered-proxy iceberg ARGS`` (or another ``command``) as the Spark 4.1 environment runs it:
+    (command line, environment)."""
     python = iceberg_python()
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": str(python)}
     env.pop("PYSPARK_DRIVER_PYTHON", None)
-    return [str(python), "-m", "proxy.cli", "iceberg", *args], env
+    return [str(python), "-m", "proxy.cli", command, *args], env
 
 
 _SQL_SNIPPET = """

@@ -8,8 +8,8 @@ remote tier), and deletes from it what the remote tier no longer holds:
 - **Columns** are Spark's Kafka source's: ``key, value, topic, partition, offset, timestamp,
   timestampType, headers``. The table is partitioned by ``days(timestamp)``: people ask a topic's
   history for a time range ("yesterday's orders"), and a day keeps files few and large at any rate;
-  a Kafka partition is how the data was written, not how it is asked for. Within a day, files are
-  sorted by partition and offset, so a lookup by offset reads few of them.
+  a Kafka partition is how the data was written, not how it is asked for. Each task writes one
+  segment's records in offset order, so a lookup by offset reads few files.
 - **In step with the remote tier**: a run reads each partition from where the table ends to the
   highest tiered offset (ListOffsets -5 through the proxy), never the brokers' tail, so what it adds
   is what the remote tier holds.
@@ -22,24 +22,28 @@ remote tier), and deletes from it what the remote tier no longer holds:
   ListOffsets -2 through the proxy) are deleted with Iceberg row-level deletes in the same run, as
   are a topic's rows once its remote data is deleted (KIP-950's ``delete`` policy).
 
-It runs on Spark 4.0 or 4.1 with Iceberg's Spark runtime (:data:`ICEBERG_RUNTIME`, from Maven
-Central through ``spark.jars.packages``, or a local jar): Iceberg has no runtime for Spark 4.2+
+It runs on Spark 4.0 or 4.1 with Iceberg's Spark runtime (:data:`ICEBERG_RUNTIME`, downloaded
+from Maven Central once into the cache, or a local jar): Iceberg has no runtime for Spark 4.2+
 yet. Catalogs: Hadoop (a folder or bucket, no server), SQL (e.g. SQLite through JDBC) or REST.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from tiering.spark.splits import OffsetPlanner
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
 LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
 EARLIEST = -2  # ListOffsets through the proxy: the remote log start
@@ -74,7 +78,7 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     prefix = f"spark.sql.catalog.{catalog}"
     settings = {
-        "spark.jars" if runtime.endswith(".jar") else "spark.jars.packages": runtime,
+        "spark.jars": runtime if runtime.endswith(".jar") else str(runtime_jar(runtime)),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
         prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": catalog_type,
@@ -88,6 +92,38 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
     session = builder.getOrCreate()
     session.dataSource.register(TieredKafkaDataSource)
     return session
+
+
+def runtime_jar(coordinate: str, repository: str = MAVEN_CENTRAL, cache: Path | None = None) -> Path:
+    """The jar of ``group:artifact:version``, downloaded from ``repository`` once into ``cache``
+    (``~/.cache/tiered-proxy/jars``) and checked against the repository's SHA-1. Spark's own
+    ``spark.jars.packages`` would resolve it again at every start, seconds each time."""
+    group, artifact, version = coordinate.split(":")
+    folder = cache or Path(os.environ.get("TIERED_PROXY_CACHE") or Path.home() / ".cache" / "tiered-proxy") / "jars"
+    jar = folder / f"{artifact}-{version}.jar"
+    if jar.exists():
+        return jar
+    folder.mkdir(parents=True, exist_ok=True)
+    url = f"{repository.rstrip('/')}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+    print(f"iceberg: fetching {coordinate} from {url} into {folder} (first run only)", file=sys.stderr, flush=True)
+    partial = jar.with_suffix(f".partial-{os.getpid()}")
+    digest = hashlib.sha1()  # noqa: S324 - Maven Central's own checksum of the file, not security
+    try:
+        with urllib.request.urlopen(url + ".sha1", timeout=60) as answer:
+            expected = answer.read().decode().split()[0].strip()
+        with urllib.request.urlopen(url, timeout=600) as answer, open(partial, "wb") as out:
+            while chunk := answer.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:  # urllib's errors among them
+        partial.unlink(missing_ok=True)
+        raise OSError(f"could not fetch Iceberg's Spark runtime from {url}: {exc} (or give --iceberg-runtime "
+                      "a local jar)") from None
+    if digest.hexdigest() != expected:
+        partial.unlink()
+        raise OSError(f"{url}: SHA-1 {digest.hexdigest()}, but the repository says {expected}: not kept")
+    partial.replace(jar)
+    return jar
 
 
 def committed_offsets(spark, table: str) -> Offsets:  # noqa: ANN001
@@ -120,10 +156,12 @@ def sync(spark, table: str, options: Mapping[str, str], *,  # noqa: ANN001
     append what the remote tier gained since the last run, delete what it lost."""
     started = time.monotonic()
     if not spark.catalog.tableExists(table):
+        # No shuffle before writing: each task reads one segment in offset order, and the fanout
+        # writer keeps a file open per day it meets, so files come out sorted by partition and offset.
         spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({TABLE_COLUMNS}) USING iceberg "
                   "PARTITIONED BY (days(timestamp)) TBLPROPERTIES ('format-version'='2', "
-                  "'write.delete.mode'='merge-on-read')")
-        spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY partition, offset")
+                  "'write.delete.mode'='merge-on-read', 'write.distribution-mode'='none', "
+                  "'write.spark.fanout.enabled'='true')")
     planner = OffsetPlanner(options)
     partitions = planner.partitions()
     tiered_end = {tp: o + 1 for tp, o in planner.list_offsets(partitions, LATEST_TIERED).items()}
