@@ -4,8 +4,9 @@ by Spark 4.1 with Iceberg's Spark runtime from Maven Central, in front of Apache
 The table is read back by readers nobody here wrote (pyiceberg, and Spark SQL through Iceberg's
 runtime) and compared, row by row, with a read_committed read of the topic from offset 0 through
 the proxy: no aborted record, every tiered record once. A run with nothing new adds nothing; a run
-killed at a random point and run again leaves no duplicate and no gap (five times); and
-DeleteRecords through the proxy takes the deleted rows out of the table in the next run."""
+killed at a random point and run again leaves no duplicate and no gap (five times); DeleteRecords
+through the proxy, and tiering disabled with KIP-950's delete policy, take the rows the topic no
+longer has out of the table in the next run."""
 
 from __future__ import annotations
 
@@ -178,7 +179,17 @@ def test_a_tiered_topic_kept_as_an_iceberg_table_exactly_once(kafka: KafkaCluste
         assert min(o for p, o, _, _ in rows if p == 0) >= 500, said
         assert any(p == 1 and o < 500 for p, o, _, _ in rows)
 
-        # 5. Spark SQL, through Iceberg's runtime, reads what pyiceberg read.
+        # 5. KIP-950: tiering disabled with the delete policy. The remote data goes, and with it the
+        # rows below the brokers' log start.
+        admin.set_configs(topic, {"remote.log.disable.policy": "delete", "remote.storage.enable": "false"})
+        broker_start = leader_offsets(kafka.bootstrap, topic, -2)
+        assert wait_until(lambda: leader_offsets(proxy.bootstrap, topic, -2) == broker_start, 60)
+        assert min(broker_start.values()) > 0, broker_start  # local retention had trimmed the brokers' log
+        said = _run(args)
+        rows = _same_as_the_topic(proxy, warehouse, topic)
+        assert all(o >= broker_start[p] for p, o, _, _ in rows), said
+
+        # 6. Spark SQL, through Iceberg's runtime, reads what pyiceberg read.
         ((count, distinct, offsets),) = spark_sql(f"file://{warehouse}", "SELECT count(*), count(DISTINCT partition, "
                                                   f"offset), sum(offset) FROM tiered.kafka.{name}")
         assert (count, distinct, offsets) == (len(rows), len(rows), sum(o for _, o, _, _ in rows))

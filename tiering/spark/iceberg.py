@@ -18,9 +18,10 @@ remote tier), and deletes from it what the remote tier no longer holds:
   newest snapshot that records them. A run killed at any point either committed (and the next
   starts after it) or did not (and the next reads the same range again): no duplicate, no gap.
 - **read_committed** by default: aborted transactions never reach the table.
-- **Deletes follow the topic**: rows below a partition's remote log start (retention, DeleteRecords;
-  ListOffsets -2 through the proxy) are deleted with Iceberg row-level deletes in the same run, as
-  are a topic's rows once its remote data is deleted (KIP-950's ``delete`` policy).
+- **Deletes follow the topic**: rows below a partition's earliest offset through the proxy
+  (ListOffsets -2: the remote log start after retention or DeleteRecords, the brokers' log start
+  once KIP-950's ``delete`` policy removed the remote data) are deleted with Iceberg row-level
+  deletes in the same run.
 
 It runs on Spark 4.0 or 4.1 with Iceberg's Spark runtime (:data:`ICEBERG_RUNTIME`, downloaded
 from Maven Central once into the cache, or a local jar): Iceberg has no runtime for Spark 4.2+
