@@ -30,3 +30,12 @@ class CheckedProducer(Producer):
         """Flush, and fail unless every record was delivered."""
         left = self.flush(timeout)
         assert left == 0 and not self.failed, f"{left} record(s) still queued after {timeout}s; failed: {dict(self.failed)}"
+
+    def produce_waiting(self, topic: str, value: bytes, key: bytes | None, partition: int) -> None:
+        """``produce``, waiting for room while the local queue is full."""
+        while True:
+            try:
+                self.produce(topic, value, key=key, partition=partition)
+                return
+            except BufferError:
+                self.poll(0.1)

@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.delivery import CheckedProducer
 from tests.iceberg_spark import iceberg_command
 from tests.kafka_cluster import start_single
 from tests.proxy_process import start_proxy
@@ -44,21 +44,14 @@ LATEST_TIERED = -5
 def produce(bootstrap: str, megabytes: int) -> int:
     # Uncompressed, random padding: the log is as large as the payload, so the copier's segments
     # close at their size (a segment held open is not tiered, as the brokers' active one is not).
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                         "queue.buffering.max.messages": 1_000_000})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                                "queue.buffering.max.messages": 1_000_000})
     count = (megabytes << 20) // 1024
     for i in range(count):
         value = json.dumps({"id": i, "user": f"u{i % 5000}", "kind": ("view", "buy", "cart")[i % 3],
                             "amount": i % 997, "pad": os.urandom(480).hex()})[:1024]
-        while True:
-            try:
-                producer.produce(TOPIC, value.encode().ljust(1024), key=str(i % 5000).encode(), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(120) == 0
+        producer.produce_waiting(TOPIC, value.encode().ljust(1024), str(i % 5000).encode(), i % PARTITIONS)
+    producer.deliver_all(120)
     return count
 
 
