@@ -132,6 +132,8 @@ def _same_as_the_topic(proxy: ProxyProcess, warehouse: Path, topic: str) -> list
     return rows
 
 
+# Some 14 Spark starts: about 3 minutes alone, over 5 beside the other worker's tests (CI hit 300 s).
+@pytest.mark.timeout(900)
 def test_a_tiered_topic_kept_as_an_iceberg_table_exactly_once(kafka: KafkaCluster, proxy: ProxyProcess,
                                                               tmp_path: Path, unique_name: str) -> None:
     topic = f"ice-{unique_name}"
