@@ -109,7 +109,10 @@ class BrokerConfigs(Filter):
 
         async def rewrite(ctx: RequestContext, message: Message) -> None:
             dynamic = self.cluster.dynamic()
-            in_effect = owned_values(self.cluster.effective())
+            try:
+                in_effect = owned_values(self.cluster.effective())
+            except ValueError:  # a record this proxy cannot read (a newer one's): what it runs with
+                dynamic, in_effect = {}, self.static
             for result in message.body["results"]:
                 name = result["resource_name"]
                 if result["resource_type"] != BROKER_RESOURCE or name not in asked or result["error_code"]:
