@@ -1,7 +1,7 @@
 """Iceberg's Spark runtime fetched once from a Maven repository (tiering/spark/iceberg.py's
 ``runtime_jar``), here a real HTTP server on loopback laid out as Maven Central is: the jar is
 kept in the cache and not asked for again, and a jar whose SHA-1 differs from the repository's is
-refused and not kept."""
+refused and not kept. And a Spark the runtime is not built for is refused with what to do."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tiering.spark.iceberg import runtime_jar
+from tiering.spark.iceberg import iceberg_session, runtime_jar
 
 JAR_PATH = "/org/example/runtime_2.13/1.0/runtime_2.13-1.0.jar"
 
@@ -69,3 +69,12 @@ def test_a_repository_without_the_jar_says_where_it_looked(repository, tmp_path:
     url, _, _ = repository
     with pytest.raises(OSError, match=r"could not fetch Iceberg's Spark runtime from http://.*404.*--iceberg-runtime"):
         runtime_jar("org.example:runtime_2.13:1.0", url, tmp_path / "cache")
+
+
+def test_a_spark_the_runtime_is_not_built_for_is_refused_before_it_starts() -> None:
+    """The suite's own pyspark is 4.2+: the job says what to install instead of failing inside Spark."""
+    import pyspark
+
+    assert tuple(int(n) for n in pyspark.__version__.split(".")[:2]) >= (4, 2)
+    with pytest.raises(ValueError, match=r"runs on Spark 4.0 or 4.1 .*tiered-proxy\[iceberg\]"):
+        iceberg_session("local[1]", "tiered", "file:///nowhere")

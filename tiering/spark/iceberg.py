@@ -44,6 +44,7 @@ from typing import TextIO
 from tiering.spark.splits import OffsetPlanner
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+SPARK_FOR_RUNTIME = (4, 1)  # the newest Spark it is built for
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
 LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
@@ -70,10 +71,16 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
         runtime: str = ICEBERG_RUNTIME, conf: Mapping[str, str] | None = None):
     """A session with Iceberg's extensions, the ``tiered-kafka`` source and one Iceberg catalog
     named ``catalog``. ``runtime``: a Maven coordinate (fetched by Spark) or a local jar."""
+    import pyspark
     from pyspark.sql import SparkSession
 
     from tiering.spark.source import TieredKafkaDataSource
 
+    major_minor = tuple(int(n) for n in pyspark.__version__.split(".")[:2])
+    if runtime == ICEBERG_RUNTIME and not (4, 0) <= major_minor <= SPARK_FOR_RUNTIME:
+        raise ValueError(f"tiered-proxy iceberg runs on Spark 4.0 or 4.1 (Iceberg's Spark runtime stops at 4.1), "
+                         f"not pyspark {pyspark.__version__}: install 'tiered-proxy[iceberg]' in an environment of "
+                         "its own (docs/spark.md#iceberg), or give --iceberg-runtime one built for this Spark")
     if catalog_type not in CATALOG_TYPES:
         raise ValueError(f"catalog type {catalog_type!r}: expected one of {', '.join(CATALOG_TYPES)}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
