@@ -7,10 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tiering.copy.lineage import UNDEFINED_EPOCH, LineageUnknown, divergence_point, lineage_of
+from tiering.copy.lineage import (
+    UNDEFINED_EPOCH,
+    LineageUnknown,
+    divergence_point,
+    first_regression,
+    lineage_of,
+    remote_divergence,
+)
 
 
 def leader(cache: list[tuple[int, int]], log_end: int):
@@ -92,6 +99,14 @@ def test_no_epochs_at_all_is_nothing_to_check():
     assert divergence_point([], 99, leader([(0, 0)], 100)) is None
 
 
+def test_epochs_that_go_back_are_cut_where_they_do_even_if_the_leader_agrees_before():
+    # Segment 0..0 copied from a leader of epoch 1; segment 1..1 from a replica still at epoch 0
+    # (no check between): the leader (epoch 1 from 0, then 3 at 2) never had an epoch-0 record at 1.
+    segments = [((1, 0),), ((0, 1),)]
+    assert first_regression(segments) == 1
+    assert remote_divergence(segments, 1, leader([(1, 0), (3, 2)], 2), every_epoch=True) == 1
+
+
 def test_lineage_of_segments_skips_missing_and_repeated_epochs():
     assert lineage_of([((0, 0), (1, 10)), ((1, 20),), ((-1, 30),), ((3, 40),)]) == [(0, 0), (1, 10), (3, 40)]
 
@@ -148,7 +163,7 @@ def _simulate(history, check_before_copy: bool):
             replicas[current].elected = (epoch, len(replicas[current].records))
         elif step[0] == "tier":
             if check_before_copy and remote:
-                cut = divergence_point(_lineage(remote), len(remote) - 1, leader(lead.cache(), len(lead.records)))
+                cut = remote_divergence(_segment_epochs(remote), len(remote) - 1, leader(lead.cache(), len(lead.records)))
                 if cut is not None:
                     remote = remote[:cut]
                 assert _shared(remote, lead.records) == len(remote)  # a prefix of the leader's log now
@@ -164,8 +179,9 @@ def _shared(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     return n
 
 
-def _lineage(records: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    return lineage_of([[(e, offset) for offset, (e, _) in enumerate(records)]])
+def _segment_epochs(records: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """One single-record segment per offset: the remote tier's epochs exactly as copied."""
+    return [[(epoch, offset)] for offset, (epoch, _) in enumerate(records)]
 
 
 @settings(max_examples=500, deadline=None)
@@ -177,11 +193,14 @@ def test_a_copier_that_checks_before_copying_on_cuts_exactly_where_the_leader_di
     if remote:
         same = _shared(remote, lead.records)
         expected = None if same == len(remote) else same
-        assert divergence_point(_lineage(remote), len(remote) - 1, leader(lead.cache(), len(lead.records))) == expected
+        assert remote_divergence(_segment_epochs(remote), len(remote) - 1,
+                                 leader(lead.cache(), len(lead.records))) == expected
 
 
 @settings(max_examples=500, deadline=None)
 @given(steps)
+@example([("append", 1), ("append", 1), ("elect", 1), ("append", 1), ("append", 1), ("tier", 0.5), ("elect", 0),
+          ("tier", 1.0), ("elect", 1)])  # epochs 1 then 0 in the remote tier: found by CI
 def test_even_a_remote_tier_copied_without_checks_keeps_nothing_the_leader_lacks(history):
     """A remote tier pieced together from several leaders with no check (what the copier did
     before this rule), asked about every epoch: the cut may come early, never late, and nothing
@@ -190,8 +209,8 @@ def test_even_a_remote_tier_copied_without_checks_keeps_nothing_the_leader_lacks
     if remote:
         same = _shared(remote, lead.records)
         try:
-            cut = divergence_point(_lineage(remote), len(remote) - 1, leader(lead.cache(), len(lead.records)),
-                                   every_epoch=True)
+            cut = remote_divergence(_segment_epochs(remote), len(remote) - 1,
+                                    leader(lead.cache(), len(lead.records)), every_epoch=True)
         except LineageUnknown:
             return  # the copier waits; it copies nothing on top
         if same == len(remote):

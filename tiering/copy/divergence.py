@@ -27,7 +27,7 @@ from tiering.broker_client import (
     LeaderMovedError,
     UnsupportedApiError,
 )
-from tiering.copy.lineage import LineageUnknown, divergence_point, lineage_of
+from tiering.copy.lineage import LineageUnknown, lineage_of, remote_divergence
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogDivergence, RemoteLogSegmentMetadata, TopicIdPartition
@@ -46,7 +46,8 @@ def find_divergence(client: BrokerClient, tp: TopicIdPartition, leader: int, lea
     moved on below the remote end, else None. Brokers without leader epochs (noida-db) have
     nothing to compare: None. LeaderMovedError when the broker no longer leads at
     ``leader_epoch``; BrokerClientError when the leader cannot place the remote epochs yet."""
-    lineage = lineage_of(s.segment_leader_epochs for s in segments)
+    segment_epochs = [s.segment_leader_epochs for s in segments]
+    lineage = lineage_of(segment_epochs)
     if not lineage:
         return None
     answered: list[int] = []
@@ -61,12 +62,13 @@ def find_divergence(client: BrokerClient, tp: TopicIdPartition, leader: int, lea
         return epoch_found, end
 
     try:
-        cut = divergence_point(lineage, max(s.end_offset for s in segments), end_offset_for, every_epoch=every_epoch)
+        cut = remote_divergence(segment_epochs, max(s.end_offset for s in segments), end_offset_for,
+                                every_epoch=every_epoch)
     except UnsupportedApiError:
         return None
     except LineageUnknown as exc:
         raise BrokerClientError(f"cannot place the remote tier of {tp} in the leader's history yet: {exc}") from None
-    return None if cut is None else (cut, lineage[-1][0], min(answered))
+    return None if cut is None else (cut, lineage[-1][0], min(answered, default=lineage[-1][0]))
 
 
 class RemoteTierCutter:

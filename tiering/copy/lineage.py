@@ -49,6 +49,31 @@ def lineage_of(segment_epochs: Iterable[Sequence[tuple[int, int]]]) -> Lineage:
     return lineage
 
 
+def first_regression(segment_epochs: Iterable[Sequence[tuple[int, int]]]) -> int | None:
+    """The first offset whose leader epoch is lower than an earlier one's, or None. No leader
+    writes such a log: a remote tier pieced together from several leaders without the check below
+    differs from the cluster's history there at the latest."""
+    highest = UNDEFINED_EPOCH
+    for epochs in segment_epochs:
+        for epoch, start in epochs:
+            if 0 <= epoch < highest:
+                return start
+            highest = max(highest, epoch)
+    return None
+
+
+def remote_divergence(segment_epochs: Sequence[Sequence[tuple[int, int]]], remote_end: int,
+                      end_offset_for: EndOffsetFor, *, every_epoch: bool = False) -> int | None:
+    """:func:`divergence_point` for a remote tier given as its segments' leader epochs: the
+    remote tier is first cut where its epochs go back (:func:`first_regression`), then asked of
+    the leader up to there."""
+    regression = first_regression(segment_epochs)
+    if regression is not None:
+        remote_end = regression - 1
+    cut = divergence_point(lineage_of(segment_epochs), remote_end, end_offset_for, every_epoch=every_epoch)
+    return regression if cut is None else cut
+
+
 def _end_of(lineage: Lineage, epoch: int, log_end: int) -> int:
     """Where ``epoch`` ends (exclusive) in a log with this lineage: the start of the first later
     epoch, or the log end. An epoch the log lacks ends where the next later one starts."""
