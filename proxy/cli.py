@@ -180,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
                               "into ~/.cache/tiered-proxy/jars) or a local jar (default the one for Spark 4.1)")
     iceberg.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     iceberg.add_argument("--isolation-level", default="read_committed", choices=["read_committed", "read_uncommitted"])
+    iceberg.add_argument("--value-format", default="binary", choices=["binary", "json"],
+                         help="binary keeps values as bytes; json also parses them into the struct column "
+                              "decoded_value, and rows that do not parse go to <table>_dead_letters (default binary)")
+    iceberg.add_argument("--value-schema", metavar="DDL|@FILE",
+                         help="the JSON values' fields as Spark DDL ('id BIGINT, name STRING'), or @ a file of it; "
+                              "default: inferred from the first --json-sample-records values of each run")
+    iceberg.add_argument("--json-sample-records", type=int, default=10_000, metavar="N",
+                         help="values a run infers the JSON schema from, without --value-schema (default 10000)")
     iceberg.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="another data source option (e.g. remote.log.storage.s3.access.key.id=...), repeatable")
     _add_command_config(iceberg)
@@ -266,13 +274,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "iceberg":
             from tiering.spark.iceberg import ICEBERG_RUNTIME, iceberg_session, sync, table_name
+            from tiering.spark.values import ValueDecoding
 
+            schema = args.value_schema
+            if schema is not None and schema.startswith("@"):
+                schema = Path(schema[1:]).read_text()
+            decoding = ValueDecoding(args.value_format, schema, args.json_sample_records)
             spark = iceberg_session(args.master, args.catalog, args.warehouse, catalog_type=args.catalog_type,
                                     catalog_uri=args.catalog_uri, runtime=args.iceberg_runtime or ICEBERG_RUNTIME)
             try:
                 spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {args.catalog}.{args.namespace}")
                 for topic in [t.strip() for t in args.topic.split(",") if t.strip()]:
-                    sync(spark, f"{args.catalog}.{args.namespace}.{table_name(topic)}", _source_options(args, topic))
+                    sync(spark, f"{args.catalog}.{args.namespace}.{table_name(topic)}", _source_options(args, topic),
+                         decoding=decoding)
             finally:
                 spark.stop()
             return 0

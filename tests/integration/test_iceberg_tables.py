@@ -70,16 +70,20 @@ def _killed_run(args: list[str], after_s: float) -> None:
         job.wait(30)
 
 
-def _table_rows(warehouse: Path, name: str) -> list[Row]:
+def _static_table(warehouse: Path, name: str, namespace: str = "kafka"):  # noqa: ANN202 - pyiceberg's
     """The table as pyiceberg reads it: its newest committed metadata (a Hadoop table commits by
     renaming the next vN.metadata.json into place)."""
     from pyiceberg.table import StaticTable
 
-    folder = warehouse / "kafka" / name / "metadata"
+    folder = warehouse / namespace / name / "metadata"
     newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
-    table = StaticTable.from_metadata(str(newest))
-    rows = table.scan(selected_fields=("partition", "offset", "key", "value")).to_arrow()
-    return list(zip(*(rows[c].to_pylist() for c in ("partition", "offset", "key", "value")), strict=True))
+    return StaticTable.from_metadata(str(newest))
+
+
+def _table_rows(warehouse: Path, name: str, namespace: str = "kafka", extra: tuple[str, ...] = ()) -> list[tuple]:
+    columns = ("partition", "offset", "key", "value", *extra)
+    rows = _static_table(warehouse, name, namespace).scan(selected_fields=columns).to_arrow()
+    return list(zip(*(rows[c].to_pylist() for c in columns), strict=True))
 
 
 def _committed_read(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Row]:
@@ -105,13 +109,9 @@ def _committed_read(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Ro
         consumer.close()
 
 
-def _table_ends(warehouse: Path, name: str) -> dict[int, int]:
+def _table_ends(warehouse: Path, name: str, namespace: str = "kafka") -> dict[int, int]:
     """The next offset per partition the table's newest append recorded."""
-    from pyiceberg.table import StaticTable
-
-    folder = warehouse / "kafka" / name / "metadata"
-    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
-    table = StaticTable.from_metadata(str(newest))
+    table = _static_table(warehouse, name, namespace)
     for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True):
         recorded = snapshot.summary.additional_properties.get("tiered-proxy.offsets") if snapshot.summary else None
         if recorded is not None:
@@ -195,5 +195,104 @@ def test_a_tiered_topic_kept_as_an_iceberg_table_exactly_once(kafka: KafkaCluste
         ((count, distinct, offsets),) = spark_sql(f"file://{warehouse}", "SELECT count(*), count(DISTINCT partition, "
                                                   f"offset), sum(offset) FROM tiered.kafka.{name}")
         assert (count, distinct, offsets) == (len(rows), len(rows), sum(o for _, o, _, _ in rows))
+    finally:
+        admin.close()
+
+
+def _produce_json(bootstrap: str, topic: str, start: int, count: int, *, amount: bool) -> None:
+    """Records ``start..start+count-1`` as JSON objects ``{"id", "name", "pad"}`` (and ``amount``
+    when asked), among them some that cannot decode: every 50th is not JSON, every 70th past the
+    first 300 has a string ``id``, and every 97th is a tombstone (null value)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        record: dict[str, object] = {"id": i, "name": f"n-{i}", "pad": os.urandom(60).hex()}
+        if amount:
+            record["amount"] = i / 4
+        value: bytes | None = json.dumps(record).encode()
+        if i % 50 == 0:
+            value = b"not json {" + str(i).encode()
+        elif i % 70 == 0 and i >= 300:
+            value = json.dumps({**record, "id": f"x{i}"}).encode()
+        elif i % 97 == 0:
+            value = None
+        producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
+        if i % 500 == 0:
+            producer.flush(30)
+    assert producer.flush(30) == 0
+
+
+def _json_tables(warehouse: Path, name: str, namespace: str = "kafka") -> tuple[list[tuple], list[tuple]]:
+    rows = _table_rows(warehouse, name, namespace, ("decoded_value",))
+    dead = _table_rows(warehouse, f"{name}_dead_letters", namespace, ("decode_error",))
+    return rows, dead
+
+
+def _check_json_tables(proxy: ProxyProcess, warehouse: Path, topic: str, namespace: str = "kafka") -> tuple[list, list]:
+    """Rows and dead letters together are the topic exactly once; every row's decoded value is its
+    JSON, every dead letter's value is one that does not decode."""
+    name = topic.replace("-", "_")
+    rows, dead = _json_tables(warehouse, name, namespace)
+    together = [r[:4] for r in rows] + [d[:4] for d in dead]
+    assert len({(p, o) for p, o, _, _ in together}) == len(together), "a record twice in the tables"
+    ends = _table_ends(warehouse, name, namespace)
+    assert sorted(together) == sorted(_committed_read(proxy.bootstrap, topic, ends))
+    for _, _, key, value, decoded in rows:
+        if value is None:
+            assert decoded is None
+            continue
+        record = json.loads(value)
+        assert decoded["id"] == record["id"] and decoded["name"] == record["name"], (key, value, decoded)
+        assert decoded.get("amount") == record.get("amount")
+    for _, _, _, value, error in dead:
+        assert value.startswith(b"not json") or isinstance(json.loads(value)["id"], str), value
+        assert error and "not a JSON object" in error
+    return rows, dead
+
+
+@pytest.mark.timeout(600)
+def test_json_values_become_columns_and_what_does_not_decode_a_dead_letter(
+        kafka: KafkaCluster, proxy: ProxyProcess, tmp_path: Path, unique_name: str) -> None:
+    topic = f"icejson-{unique_name}"
+    name = topic.replace("-", "_")
+    warehouse = tmp_path / "warehouse"
+    admin = Admin("confluent", proxy.bootstrap)
+    try:
+        admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
+        _produce_json(proxy.bootstrap, topic, 0, 2000, amount=False)
+        assert wait_until(lambda: min(_tiered_ends(proxy.bootstrap, topic).values()) > 500, 60)
+        args = [*_job_args(proxy, tmp_path, topic), "--value-format", "json", "--json-sample-records", "200"]
+
+        # 1. Inferred from the first 200 values (all ids numbers): later string ids are dead letters.
+        said = _run(args)
+        assert f"to tiered.kafka.{name}_dead_letters" in said, said
+        rows, dead = _check_json_tables(proxy, warehouse, topic)
+        assert rows and dead and any(value is None for _, _, _, value, _ in rows)
+        assert {f.name for f in _static_table(warehouse, name).schema().find_field("decoded_value").field_type.fields} \
+            == {"id", "name", "pad"}
+
+        # 2. A new field: a new column of the struct (Iceberg schema evolution); old rows read it as
+        # null. A run killed on the way first: neither table holds a record twice or lacks one.
+        before = _table_ends(warehouse, name)
+        _produce_json(proxy.bootstrap, topic, 2000, 1500, amount=True)
+        assert wait_until(lambda: all(o > before[p] for p, o in _tiered_ends(proxy.bootstrap, topic).items()), 60)
+        _killed_run(args, random.Random(unique_name).uniform(3.0, 12.0))
+        _run(args)
+        rows, dead = _check_json_tables(proxy, warehouse, topic)
+        amounts = [d["amount"] for _, o, _, v, d in rows if d is not None and json.loads(v).get("amount") is not None]
+        assert amounts and all(a is not None for a in amounts)
+
+        # 3. A declared schema, into another namespace: the same split.
+        declared = [*_job_args(proxy, tmp_path, topic), "--namespace", "declared", "--value-format", "json",
+                    "--value-schema", "id BIGINT, name STRING, amount DOUBLE"]
+        _run(declared)
+        d_rows, d_dead = _check_json_tables(proxy, warehouse, topic, "declared")
+        assert {(p, o) for p, o, *_ in d_dead} == {(p, o) for p, o, *_ in dead}
+
+        # 4. Spark SQL reads the struct's columns.
+        ((count, total),) = spark_sql(f"file://{warehouse}", "SELECT count(*), sum(decoded_value.amount) "
+                                      f"FROM tiered.kafka.{name}")
+        assert count == len(rows) and total == pytest.approx(sum(amounts))
     finally:
         admin.close()

@@ -42,6 +42,18 @@ from pathlib import Path
 from typing import TextIO
 
 from tiering.spark.splits import OffsetPlanner
+from tiering.spark.values import (
+    DECODED_COLUMN,
+    ERROR_COLUMN,
+    ValueDecoding,
+    column_ddl,
+    dead_letter_table,
+    declared_schema,
+    decode,
+    inferred_schema,
+    merged,
+    table_schema,
+)
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SPARK_FOR_RUNTIME = (4, 1)  # the newest Spark it is built for
@@ -64,6 +76,7 @@ class SyncResult:
     before: Offsets  # next offset per partition the table held before the run
     after: Offsets  # ... and after it
     seconds: float
+    dead_letters: int = 0  # rows added to the dead-letter table
 
 
 def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
@@ -158,23 +171,19 @@ def table_name(topic: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in topic)
 
 
-def sync(spark, table: str, options: Mapping[str, str], *,  # noqa: ANN001
+def sync(spark, table: str, options: Mapping[str, str], *, decoding: ValueDecoding | None = None,  # noqa: ANN001
          progress: TextIO | None = sys.stderr) -> SyncResult:
     """One run for one topic (``options``: the ``tiered-kafka`` source's, ``subscribe`` one topic):
-    append what the remote tier gained since the last run, delete what it lost."""
+    append what the remote tier gained since the last run, delete what it lost. With ``decoding``
+    the values become columns and what does not decode goes to the dead letters
+    (:mod:`tiering.spark.values`)."""
+    decoding = decoding or ValueDecoding()
     started = time.monotonic()
-    if not spark.catalog.tableExists(table):
-        # No shuffle before writing: each task reads one segment in offset order, and the fanout
-        # writer keeps a file open per day it meets, so files come out sorted by partition and offset.
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({TABLE_COLUMNS}) USING iceberg "
-                  "PARTITIONED BY (days(timestamp)) TBLPROPERTIES ('format-version'='2', "
-                  "'write.delete.mode'='merge-on-read', 'write.distribution-mode'='none', "
-                  "'write.spark.fanout.enabled'='true')")
     planner = OffsetPlanner(options)
     partitions = planner.partitions()
     tiered_end = {tp: o + 1 for tp, o in planner.list_offsets(partitions, LATEST_TIERED).items()}
     remote_start = planner.list_offsets(partitions, EARLIEST)
-    before = committed_offsets(spark, table)
+    before = committed_offsets(spark, table) if spark.catalog.tableExists(table) else {}
     # A partition starts where the table ends; records gone from the remote tier meanwhile are gone.
     start = {tp: max(before.get(tp, 0), remote_start[tp]) for tp in partitions}
     end = {tp: max(tiered_end[tp], start[tp]) for tp in partitions}
@@ -182,21 +191,86 @@ def sync(spark, table: str, options: Mapping[str, str], *,  # noqa: ANN001
     added = sum(end[tp] - start[tp] for tp in partitions)
     if progress is not None:
         print(f"iceberg: {table}: {added} offsets to add over {len(partitions)} partitions", file=progress, flush=True)
-    rows_added = 0
+    rows_added = dead_letters = 0
     if added:
         reader = spark.read.format("tiered-kafka").option("includeHeaders", "true")
         for key, value in options.items():
             reader = reader.option(key, value)
         df = reader.option("startingOffsets", _as_json(start)).option("endingOffsets", _as_json(end)).load()
-        df.writeTo(table).option(f"snapshot-property.{OFFSETS_PROPERTY}", _as_json(after)).append()
-        summary = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-        rows_added = int((summary[0].summary or {}).get("added-records", 0)) if summary else 0
+        if decoding.decodes:
+            rows_added, dead_letters = _append_decoded(spark, table, df, decoding, start, after)
+        else:
+            _create(spark, table)
+            rows_added = _append(df, table, after)
+    if not added:
+        _create(spark, table)
     rows_deleted = _delete_below(spark, table, remote_start)
-    result = SyncResult(table, rows_added, rows_deleted, before, after, time.monotonic() - started)
+    if spark.catalog.tableExists(dead_letter_table(table)):
+        rows_deleted += _delete_below(spark, dead_letter_table(table), remote_start)
+    result = SyncResult(table, rows_added, rows_deleted, before, after, time.monotonic() - started, dead_letters)
     if progress is not None:
-        print(f"iceberg: {table}: {rows_added} rows added, {rows_deleted} deleted, {result.seconds:.1f}s",
+        dead = f", {dead_letters} to {dead_letter_table(table)}" if decoding.decodes else ""
+        print(f"iceberg: {table}: {rows_added} rows added{dead}, {rows_deleted} deleted, {result.seconds:.1f}s",
               file=progress, flush=True)
     return result
+
+
+def _create(spark, table: str, decoded=None, *, dead_letters: bool = False) -> None:  # noqa: ANN001
+    """The table, if it is not there: Spark's Kafka columns, the decoded value's struct or the
+    dead letters' reason. No shuffle before writing: each task reads one segment in offset order,
+    and the fanout writer keeps a file open per day it meets, so files come out sorted by partition
+    and offset. Any schema is accepted on write so that new value fields become new columns."""
+    extra = f", {DECODED_COLUMN} {column_ddl(decoded)}" if decoded is not None else ""
+    extra += f", {ERROR_COLUMN} STRING" if dead_letters else ""
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({TABLE_COLUMNS}{extra}) USING iceberg "
+              "PARTITIONED BY (days(timestamp)) TBLPROPERTIES ('format-version'='2', "
+              "'write.delete.mode'='merge-on-read', 'write.distribution-mode'='none', "
+              "'write.spark.fanout.enabled'='true', 'write.spark.accept-any-schema'='true')")
+
+
+def _append(df, table: str, after: Offsets) -> int:  # noqa: ANN001
+    """Append ``df`` recording ``after`` in the same commit; the rows it added. New fields of the
+    decoded value become new columns (Iceberg's schema evolution)."""
+    spark = df.sparkSession
+    df.writeTo(table).option(f"snapshot-property.{OFFSETS_PROPERTY}", _as_json(after)) \
+        .option("merge-schema", "true").append()
+    summary = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return int((summary[0].summary or {}).get("added-records", 0)) if summary else 0
+
+
+def _append_decoded(spark, table: str, df, decoding: ValueDecoding, start: Offsets,  # noqa: ANN001
+                    after: Offsets) -> tuple[int, int]:
+    """Decode, then append the dead letters before the rows: the table's offsets say where the
+    next run starts, so a run killed between the two commits reads the same range again and the
+    dead letters it already has (at or past their own recorded offsets) are not added twice."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F  # noqa: N812
+
+    existing = table_schema(spark, table)
+    if decoding.schema is not None:
+        schema = merged(existing, declared_schema(decoding.schema))
+    else:
+        schema = merged(existing, inferred_schema(spark, df, decoding.sample_records))
+    if schema is None:
+        raise ValueError(f"{table}: no value is a JSON object to infer a schema from; give --value-schema")
+    if existing is None and spark.catalog.tableExists(table):  # a table of bytes until now
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.spark.accept-any-schema'='true')")
+    _create(spark, table, schema)
+    dead_table = dead_letter_table(table)
+    _create(spark, dead_table, dead_letters=True)
+    decoded = decode(df, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        done = committed_offsets(spark, dead_table)
+        fresh = F.lit(False)
+        for (topic, p), offset in start.items():
+            fresh = fresh | ((F.col("topic") == topic) & (F.col("partition") == p)
+                             & (F.col("offset") >= max(offset, done.get((topic, p), 0))))
+        dead = decoded.where(F.col(ERROR_COLUMN).isNotNull() & fresh).drop(DECODED_COLUMN)
+        dead_letters = _append(dead, dead_table, after)
+        rows = _append(decoded.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN), table, after)
+    finally:
+        decoded.unpersist()
+    return rows, dead_letters
 
 
 def _delete_below(spark, table: str, remote_start: Offsets) -> int:  # noqa: ANN001
