@@ -180,9 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
                               "into ~/.cache/tiered-proxy/jars) or a local jar (default the one for Spark 4.1)")
     iceberg.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     iceberg.add_argument("--isolation-level", default="read_committed", choices=["read_committed", "read_uncommitted"])
-    iceberg.add_argument("--value-format", default="binary", choices=["binary", "json"],
-                         help="binary keeps values as bytes; json also parses them into the struct column "
-                              "decoded_value, and rows that do not parse go to <table>_dead_letters (default binary)")
+    iceberg.add_argument("--value-format", default="binary", choices=["binary", "json", "avro"],
+                         help="binary keeps values as bytes; json and avro (Confluent's wire format) also decode "
+                              "them into the struct column decoded_value, and rows that do not decode go to "
+                              "<table>_dead_letters (default binary)")
+    iceberg.add_argument("--schema-registry-url", metavar="URL",
+                         help="with --value-format avro: the schema registry (Confluent's API; subject <topic>-value)")
     iceberg.add_argument("--value-schema", metavar="DDL|@FILE",
                          help="the JSON values' fields as Spark DDL ('id BIGINT, name STRING'), or @ a file of it; "
                               "default: inferred from the first --json-sample-records values of each run")
@@ -279,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             schema = args.value_schema
             if schema is not None and schema.startswith("@"):
                 schema = Path(schema[1:]).read_text()
-            decoding = ValueDecoding(args.value_format, schema, args.json_sample_records)
+            decoding = ValueDecoding(args.value_format, schema, args.json_sample_records, args.schema_registry_url)
             spark = iceberg_session(args.master, args.catalog, args.warehouse, catalog_type=args.catalog_type,
-                                    catalog_uri=args.catalog_uri, runtime=args.iceberg_runtime or ICEBERG_RUNTIME)
+                                    catalog_uri=args.catalog_uri, runtime=args.iceberg_runtime or ICEBERG_RUNTIME,
+                                    avro=decoding.format == "avro")
             try:
                 spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {args.catalog}.{args.namespace}")
                 for topic in [t.strip() for t in args.topic.split(",") if t.strip()]:

@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from tests.admin_clients import Admin
 from tests.iceberg_spark import iceberg_command, spark_sql
 from tests.kafka_cluster import KafkaCluster
 from tests.proxy_process import ProxyProcess, start_proxy
+from tests.schema_registry import SchemaRegistryProcess
 from tests.tiering_checks import leader_offsets, produce_mixed, produce_numbered, wait_until
 
 pytestmark = pytest.mark.integration
@@ -109,6 +111,23 @@ def _committed_read(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Ro
         consumer.close()
 
 
+def _duckdb_rows(warehouse: Path, name: str, namespace: str = "kafka") -> list[tuple]:
+    """The table as DuckDB's Iceberg extension (from PyPI, duckdb-extension-iceberg) reads it."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    folder = warehouse / namespace / name / "metadata"
+    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
+    connection = duckdb.connect()
+    try:
+        for extension in ("avro", "iceberg"):  # Iceberg's manifests are Avro files
+            import_extension(extension, con=connection)
+        connection.sql("LOAD iceberg")
+        return connection.sql(f'SELECT "partition", "offset", "key", "value" FROM iceberg_scan(\'{newest}\')').fetchall()
+    finally:
+        connection.close()
+
+
 def _table_ends(warehouse: Path, name: str, namespace: str = "kafka") -> dict[int, int]:
     """The next offset per partition the table's newest append recorded."""
     table = _static_table(warehouse, name, namespace)
@@ -191,10 +210,14 @@ def test_a_tiered_topic_kept_as_an_iceberg_table_exactly_once(kafka: KafkaCluste
         rows = _same_as_the_topic(proxy, warehouse, topic)
         assert all(o >= broker_start[p] for p, o, _, _ in rows), said
 
-        # 6. Spark SQL, through Iceberg's runtime, reads what pyiceberg read.
-        ((count, distinct, offsets),) = spark_sql(f"file://{warehouse}", "SELECT count(*), count(DISTINCT partition, "
-                                                  f"offset), sum(offset) FROM tiered.kafka.{name}")
-        assert (count, distinct, offsets) == (len(rows), len(rows), sum(o for _, o, _, _ in rows))
+        # 6. Spark SQL, through Iceberg's runtime, and DuckDB's Iceberg extension read what pyiceberg
+        # read (row for row the topic): the same count, offsets and value checksums.
+        ((count, distinct, offsets, crcs),) = spark_sql(
+            f"file://{warehouse}", "SELECT count(*), count(DISTINCT partition, offset), sum(offset), "
+            f"sum(crc32(value)) FROM tiered.kafka.{name}")
+        assert (count, distinct, offsets, crcs) == (len(rows), len(rows), sum(o for _, o, _, _ in rows),
+                                                    sum(zlib.crc32(v) for *_, v in rows if v is not None))
+        assert sorted(_duckdb_rows(warehouse, name)) == sorted(rows)
     finally:
         admin.close()
 
@@ -296,3 +319,139 @@ def test_json_values_become_columns_and_what_does_not_decode_a_dead_letter(
         assert count == len(rows) and total == pytest.approx(sum(amounts))
     finally:
         admin.close()
+
+
+ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop",
+            "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "amount", "type": "double", "default": 0.0}]}
+
+
+def _produce_avro(bootstrap: str, registry_url: str, topic: str, start: int, count: int, schema: dict) -> None:
+    """Records ``start..start+count-1`` serialized by Confluent's own Avro serializer (which
+    registers ``schema`` under ``<topic>-value``), keyed by their number; among them every 40th
+    is text without the wire-format header, every 45th names a schema id the registry lacks,
+    every 55th is cut short, every 97th is a tombstone."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        record = {"id": i, "name": f"n-{i}-{os.urandom(40).hex()}", "amount": i / 4}
+        value: bytes | None = serializer(record, context)
+        if i % 40 == 0:
+            value = f"plain text {i}".encode()
+        elif i % 45 == 0:
+            value = b"\x00\x00\x0f\x42\x3f" + value[5:]  # schema id 999999
+        elif i % 55 == 0:
+            value = value[:6]
+        elif i % 97 == 0:
+            value = None
+        producer.produce(topic, value=value, key=str(i).encode(), partition=i % PARTITIONS)
+        if i % 500 == 0:
+            producer.flush(30)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def schema_registry(tmp_path: Path) -> Iterator[SchemaRegistryProcess]:
+    registry = SchemaRegistryProcess(tmp_path / "apicurio.log")
+    yield registry
+    registry.stop()
+
+
+@pytest.mark.timeout(600)
+def test_avro_values_decode_by_the_registry_and_a_new_version_adds_a_column(
+        kafka: KafkaCluster, proxy: ProxyProcess, schema_registry: SchemaRegistryProcess, tmp_path: Path,
+        unique_name: str) -> None:
+    topic = f"iceavro-{unique_name}"
+    name = topic.replace("-", "_")
+    warehouse = tmp_path / "warehouse"
+    admin = Admin("confluent", proxy.bootstrap)
+    args = [*_job_args(proxy, tmp_path, topic), "--value-format", "avro", "--schema-registry-url", schema_registry.url]
+    reasons = {40: "not in Confluent's wire format", 45: "schema id 999999 is not a version of subject",
+               55: "does not decode as Avro with schema id"}
+
+    def check(versions_with_amount_from: int) -> list[tuple]:
+        rows, dead = _json_tables(warehouse, name)
+        together = [r[:4] for r in rows] + [d[:4] for d in dead]
+        assert len({(p, o) for p, o, _, _ in together}) == len(together), "a record twice in the tables"
+        assert sorted(together) == sorted(_committed_read(proxy.bootstrap, topic, _table_ends(warehouse, name)))
+        for _, _, key, value, decoded in rows:
+            i = int(key)
+            assert not any(i % k == 0 for k in reasons), (i, decoded)
+            if value is None:
+                assert i % 97 == 0 and decoded is None
+                continue
+            assert decoded["id"] == i and decoded["name"].startswith(f"n-{i}-"), decoded
+            # Version 1's records read before version 2 existed have no amount; read after, its default.
+            assert decoded.get("amount") in ((i / 4,) if i >= versions_with_amount_from else (None, 0.0)), decoded
+        for _, _, key, _, error in dead:
+            kind = next(k for k in reasons if int(key) % k == 0)
+            assert reasons[kind] in error, (key, error)
+        assert {int(k) % 40 == 0 for _, _, k, _, _ in dead} == {True, False}
+        return rows
+
+    try:
+        admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
+        _produce_avro(proxy.bootstrap, schema_registry.url, topic, 0, 1500, ORDER_V1)
+        assert wait_until(lambda: min(_tiered_ends(proxy.bootstrap, topic).values()) > 300, 60)
+        said = _run(args)
+        assert f"to tiered.kafka.{name}_dead_letters" in said, said
+        check(versions_with_amount_from=10**9)
+
+        # Version 2 adds a field with a default: the table gains the column; older rows read null.
+        before = _table_ends(warehouse, name)
+        _produce_avro(proxy.bootstrap, schema_registry.url, topic, 1500, 1500, ORDER_V2)
+        assert wait_until(lambda: all(o > before[p] for p, o in _tiered_ends(proxy.bootstrap, topic).items()), 60)
+        _run(args)
+        rows = check(versions_with_amount_from=1500)
+        assert any(d is not None and d["amount"] is not None for *_, d in rows)
+    finally:
+        admin.close()
+
+
+@pytest.mark.timeout(600)
+def test_an_archived_topic_becomes_a_table_from_the_bucket(kafka: KafkaCluster, tmp_path: Path,
+                                                          unique_name: str) -> None:
+    """A topic deleted through the proxy and kept as an archive (proxy.archived.topics,
+    proxy.deleted.topic.retention.ms=-1): the job plans from the remote tier's own manifests
+    (``--metadata manifests:``), as for a read replica of another cluster's bucket, and the table
+    is every record the archive serves through the proxy."""
+    from confluent_kafka.admin import AdminClient
+
+    from tiering.broker_client import BrokerClient
+
+    topic = f"icearch-{unique_name}"
+    name = topic.replace("-", "_")
+    warehouse = tmp_path / "warehouse"
+    proxy = start_proxy(kafka.bootstrap, tmp_path, "--data-dir", str(tmp_path / "data"),
+                        "--set", "remote.log.manager.task.interval.ms=200", "--set", f"log.segment.bytes={SEGMENT_BYTES}",
+                        "--set", "proxy.manifest.interval.ms=300", "--set", "proxy.archived.topics.refresh.interval.ms=500",
+                        "--set", f"proxy.archived.topics={topic}", "--set", "proxy.deleted.topic.retention.ms=-1")
+    admin = Admin("confluent", proxy.bootstrap)
+    brokers = BrokerClient(kafka.bootstrap)
+    try:
+        admin.create_topic(topic, PARTITIONS, {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT_BYTES)})
+        produce_numbered(proxy.bootstrap, topic, 0, 2000, PARTITIONS, value_bytes=200)
+        assert wait_until(lambda: min(_tiered_ends(proxy.bootstrap, topic).values()) > 600, 60)
+        tiered = _tiered_ends(proxy.bootstrap, topic)
+        AdminClient({"bootstrap.servers": proxy.bootstrap}).delete_topics([topic])[topic].result(30)
+        assert wait_until(lambda: topic not in brokers.metadata([topic]), 30)
+        # Served from the archive: its end is what was tiered.
+        assert wait_until(lambda: _tiered_ends(proxy.bootstrap, topic) == tiered, 30)
+
+        args = ["--bootstrap-servers", proxy.bootstrap, "--topic", topic, "--remote", f"file://{tmp_path}/data/remote",
+                "--metadata", "manifests:", "--warehouse", f"file://{warehouse}", "--master", "local[2]"]
+        said = _run(args)
+        assert f"{sum(tiered.values())} offsets to add" in said, said
+        rows = _table_rows(warehouse, name)
+        assert sorted(r[:4] for r in rows) == sorted(_committed_read(proxy.bootstrap, topic, tiered))
+        assert ": 0 offsets to add" in _run(args)  # an archive does not grow
+    finally:
+        admin.close()
+        brokers.close()
+        proxy.stop()

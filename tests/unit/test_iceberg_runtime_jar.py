@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tiering.spark.iceberg import iceberg_session, runtime_jar
+from tiering.spark.iceberg import iceberg_session
+from tiering.spark.jars import JarNotPublished, runtime_jar, spark_module_jar
 
 JAR_PATH = "/org/example/runtime_2.13/1.0/runtime_2.13-1.0.jar"
 
@@ -67,8 +68,21 @@ def test_a_jar_that_does_not_match_its_checksum_is_refused(repository, tmp_path:
 
 def test_a_repository_without_the_jar_says_where_it_looked(repository, tmp_path: Path) -> None:
     url, _, _ = repository
-    with pytest.raises(OSError, match=r"could not fetch Iceberg's Spark runtime from http://.*404.*--iceberg-runtime"):
+    with pytest.raises(JarNotPublished, match=r"http://.* has no org.example:runtime_2.13:1.0"):
         runtime_jar("org.example:runtime_2.13:1.0", url, tmp_path / "cache")
+
+
+def test_a_spark_module_missing_at_this_patch_release_is_taken_from_the_one_before(repository, tmp_path: Path) -> None:
+    url, files, asked = repository
+    path = "/org/apache/spark/spark-avro_2.13/4.1.1/spark-avro_2.13-4.1.1.jar"
+    files[path] = b"avro functions"
+    files[path + ".sha1"] = hashlib.sha1(b"avro functions").hexdigest().encode()
+    jar = spark_module_jar("spark-avro_2.13", "4.1.4", url, tmp_path / "cache")
+    assert jar.name == "spark-avro_2.13-4.1.1.jar" and jar.read_bytes() == b"avro functions"
+    assert [a.rsplit("/", 1)[1] for a in asked] == [f"spark-avro_2.13-4.1.{p}.jar.sha1" for p in (4, 3, 2, 1)] \
+        + ["spark-avro_2.13-4.1.1.jar"]
+    with pytest.raises(OSError, match="has no org.apache.spark:spark-avro_2.13 for Spark 4.0"):
+        spark_module_jar("spark-avro_2.13", "4.0.2", url, tmp_path / "cache")
 
 
 def test_a_spark_the_runtime_is_not_built_for_is_refused_before_it_starts() -> None:

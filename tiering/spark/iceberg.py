@@ -30,17 +30,15 @@ yet. Catalogs: Hadoop (a folder or bucket, no server), SQL (e.g. SQLite through 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
+from tiering.spark.jars import runtime_jar, spark_module_jar
 from tiering.spark.splits import OffsetPlanner
 from tiering.spark.values import (
     DECODED_COLUMN,
@@ -48,16 +46,12 @@ from tiering.spark.values import (
     ValueDecoding,
     column_ddl,
     dead_letter_table,
-    declared_schema,
-    decode,
-    inferred_schema,
-    merged,
     table_schema,
+    value_columns,
 )
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SPARK_FOR_RUNTIME = (4, 1)  # the newest Spark it is built for
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
 LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
 EARLIEST = -2  # ListOffsets through the proxy: the remote log start
@@ -81,9 +75,9 @@ class SyncResult:
 
 def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
         master: str, catalog: str, warehouse: str, *, catalog_type: str = "hadoop", catalog_uri: str | None = None,
-        runtime: str = ICEBERG_RUNTIME, conf: Mapping[str, str] | None = None):
+        runtime: str = ICEBERG_RUNTIME, avro: bool = False, conf: Mapping[str, str] | None = None):
     """A session with Iceberg's extensions, the ``tiered-kafka`` source and one Iceberg catalog
-    named ``catalog``. ``runtime``: a Maven coordinate (fetched by Spark) or a local jar."""
+    named ``catalog``. ``runtime``: a Maven coordinate (fetched once) or a local jar; ``avro``: with Spark's Avro functions too."""
     import pyspark
     from pyspark.sql import SparkSession
 
@@ -99,7 +93,8 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     prefix = f"spark.sql.catalog.{catalog}"
     settings = {
-        "spark.jars": runtime if runtime.endswith(".jar") else str(runtime_jar(runtime)),
+        "spark.jars": ",".join([_runtime(runtime), *([str(spark_module_jar("spark-avro_2.13", pyspark.__version__))]
+                                                     if avro else [])]),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
         prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": catalog_type,
@@ -115,36 +110,13 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
     return session
 
 
-def runtime_jar(coordinate: str, repository: str = MAVEN_CENTRAL, cache: Path | None = None) -> Path:
-    """The jar of ``group:artifact:version``, downloaded from ``repository`` once into ``cache``
-    (``~/.cache/tiered-proxy/jars``) and checked against the repository's SHA-1. Spark's own
-    ``spark.jars.packages`` would resolve it again at every start, seconds each time."""
-    group, artifact, version = coordinate.split(":")
-    folder = cache or Path(os.environ.get("TIERED_PROXY_CACHE") or Path.home() / ".cache" / "tiered-proxy") / "jars"
-    jar = folder / f"{artifact}-{version}.jar"
-    if jar.exists():
-        return jar
-    folder.mkdir(parents=True, exist_ok=True)
-    url = f"{repository.rstrip('/')}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
-    print(f"iceberg: fetching {coordinate} from {url} into {folder} (first run only)", file=sys.stderr, flush=True)
-    partial = jar.with_suffix(f".partial-{os.getpid()}")
-    digest = hashlib.sha1()  # noqa: S324 - Maven Central's own checksum of the file, not security
+def _runtime(runtime: str) -> str:
+    if runtime.endswith(".jar"):
+        return runtime
     try:
-        with urllib.request.urlopen(url + ".sha1", timeout=60) as answer:
-            expected = answer.read().decode().split()[0].strip()
-        with urllib.request.urlopen(url, timeout=600) as answer, open(partial, "wb") as out:
-            while chunk := answer.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    except OSError as exc:  # urllib's errors among them
-        partial.unlink(missing_ok=True)
-        raise OSError(f"could not fetch Iceberg's Spark runtime from {url}: {exc} (or give --iceberg-runtime "
-                      "a local jar)") from None
-    if digest.hexdigest() != expected:
-        partial.unlink()
-        raise OSError(f"{url}: SHA-1 {digest.hexdigest()}, but the repository says {expected}: not kept")
-    partial.replace(jar)
-    return jar
+        return str(runtime_jar(runtime))
+    except OSError as exc:
+        raise OSError(f"Iceberg's Spark runtime: {exc} (or give --iceberg-runtime a local jar)") from None
 
 
 def committed_offsets(spark, table: str) -> Offsets:  # noqa: ANN001
@@ -198,7 +170,8 @@ def sync(spark, table: str, options: Mapping[str, str], *, decoding: ValueDecodi
             reader = reader.option(key, value)
         df = reader.option("startingOffsets", _as_json(start)).option("endingOffsets", _as_json(end)).load()
         if decoding.decodes:
-            rows_added, dead_letters = _append_decoded(spark, table, df, decoding, start, after)
+            rows_added, dead_letters = _append_decoded(spark, table, options["subscribe"], df, decoding, start,
+                                                       after)
         else:
             _create(spark, table)
             rows_added = _append(df, table, after)
@@ -238,7 +211,7 @@ def _append(df, table: str, after: Offsets) -> int:  # noqa: ANN001
     return int((summary[0].summary or {}).get("added-records", 0)) if summary else 0
 
 
-def _append_decoded(spark, table: str, df, decoding: ValueDecoding, start: Offsets,  # noqa: ANN001
+def _append_decoded(spark, table: str, topic: str, df, decoding: ValueDecoding, start: Offsets,  # noqa: ANN001
                     after: Offsets) -> tuple[int, int]:
     """Decode, then append the dead letters before the rows: the table's offsets say where the
     next run starts, so a run killed between the two commits reads the same range again and the
@@ -247,24 +220,19 @@ def _append_decoded(spark, table: str, df, decoding: ValueDecoding, start: Offse
     from pyspark.sql import functions as F  # noqa: N812
 
     existing = table_schema(spark, table)
-    if decoding.schema is not None:
-        schema = merged(existing, declared_schema(decoding.schema))
-    else:
-        schema = merged(existing, inferred_schema(spark, df, decoding.sample_records))
-    if schema is None:
-        raise ValueError(f"{table}: no value is a JSON object to infer a schema from; give --value-schema")
+    schema, decoded = value_columns(spark, decoding, df, existing, topic)
     if existing is None and spark.catalog.tableExists(table):  # a table of bytes until now
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.spark.accept-any-schema'='true')")
     _create(spark, table, schema)
     dead_table = dead_letter_table(table)
     _create(spark, dead_table, dead_letters=True)
-    decoded = decode(df, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         done = committed_offsets(spark, dead_table)
         fresh = F.lit(False)
-        for (topic, p), offset in start.items():
-            fresh = fresh | ((F.col("topic") == topic) & (F.col("partition") == p)
-                             & (F.col("offset") >= max(offset, done.get((topic, p), 0))))
+        for (name, p), offset in start.items():
+            fresh = fresh | ((F.col("topic") == name) & (F.col("partition") == p)
+                             & (F.col("offset") >= max(offset, done.get((name, p), 0))))
         dead = decoded.where(F.col(ERROR_COLUMN).isNotNull() & fresh).drop(DECODED_COLUMN)
         dead_letters = _append(dead, dead_table, after)
         rows = _append(decoded.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN), table, after)

@@ -2,6 +2,8 @@
 --value-format``), and the rows that do not decode kept in a dead-letter table.
 
 - ``binary``: the value stays bytes, as Spark's Kafka source gives it.
+- ``avro``: each value is in Confluent's wire format, decoded with the schemas a schema registry
+  holds for the topic (:mod:`tiering.spark.avro_values`).
 - ``json``: each value is parsed by a schema: one declared (``--value-schema``, Spark DDL) or one
   inferred from the first records a run adds, merged with what the table already has. The fields
   become the struct column ``decoded_value``; the bytes stay in ``value``, so the table is still
@@ -21,7 +23,7 @@ from typing import Any
 
 DECODED_COLUMN = "decoded_value"
 ERROR_COLUMN = "decode_error"
-VALUE_FORMATS = ("binary", "json")
+VALUE_FORMATS = ("binary", "json", "avro")
 _CORRUPT = "_tiered_proxy_corrupt"  # from_json's column for what it could not parse
 
 
@@ -30,12 +32,15 @@ class ValueDecoding:
     format: str = "binary"
     schema: str | None = None  # Spark DDL of the value's fields; None: inferred (json)
     sample_records: int = 10_000  # records a run infers a JSON schema from
+    registry_url: str | None = None  # avro: the schema registry
 
     def __post_init__(self) -> None:
         if self.format not in VALUE_FORMATS:
             raise ValueError(f"value format {self.format!r}: expected one of {', '.join(VALUE_FORMATS)}")
-        if self.schema is not None and self.format == "binary":
-            raise ValueError("a value schema needs a value format that decodes (json)")
+        if self.schema is not None and self.format != "json":
+            raise ValueError("--value-schema declares JSON values' fields: it goes with --value-format json")
+        if (self.registry_url is not None) != (self.format == "avro"):
+            raise ValueError("--value-format avro and --schema-registry-url go together")
         if self.sample_records < 1:
             raise ValueError(f"the JSON sample must be at least one record, not {self.sample_records}")
 
@@ -74,9 +79,11 @@ def inferred_schema(spark, df, sample_records: int) -> Any:  # noqa: ANN001, ANN
     return schema if schema.fields else None
 
 
-def merged(existing: Any, new: Any) -> Any:  # noqa: ANN401 - StructType or None, both
-    """The table's fields as they are (their types win: data of another type is a dead letter),
-    then the fields only ``new`` has, at every depth of struct."""
+def merged(existing: Any, new: Any, *, new_types: bool = False) -> Any:  # noqa: ANN401 - StructType or None
+    """The table's fields in their order, then the fields only ``new`` has, at every depth of
+    struct. A field in both keeps the table's type (JSON: data of another type is a dead letter),
+    or takes ``new``'s with ``new_types`` (Avro: a registry allows only promotions, which Iceberg
+    makes too)."""
     from pyspark.sql.types import StructField, StructType
 
     if existing is None:
@@ -89,7 +96,9 @@ def merged(existing: Any, new: Any) -> Any:  # noqa: ANN401 - StructType or None
         other = next((f for f in new.fields if f.name == field.name), None)
         if (other is not None and isinstance(field.dataType, StructType)
                 and isinstance(other.dataType, StructType)):
-            field = StructField(field.name, merged(field.dataType, other.dataType), True)
+            field = StructField(field.name, merged(field.dataType, other.dataType, new_types=new_types), True)
+        elif other is not None and new_types:
+            field = StructField(field.name, other.dataType, True)
         fields.append(field)
     fields += [StructField(f.name, f.dataType, True) for f in new.fields if f.name not in known]
     return StructType(fields)
@@ -103,7 +112,26 @@ def table_schema(spark, table: str) -> Any:  # noqa: ANN001, ANN401
     return fields[0].dataType if fields else None
 
 
-def decode(df, schema) -> Any:  # noqa: ANN001, ANN401
+def value_columns(spark, decoding: ValueDecoding, df, existing, topic: str) -> tuple[Any, Any]:  # noqa: ANN001
+    """The struct the table's ``decoded_value`` is to have (what it has, plus what the values
+    bring), and ``df`` with ``decoded_value`` and ``decode_error``."""
+    if decoding.format == "avro":
+        from tiering.spark.avro_values import SchemaRegistry, decode_avro, reader_struct
+
+        assert decoding.registry_url is not None
+        schemas = SchemaRegistry(decoding.registry_url).subject_schemas(f"{topic}-value")
+        schema = merged(existing, reader_struct(spark, schemas.reader), new_types=True)
+        return schema, decode_avro(df, schemas, schema, DECODED_COLUMN, ERROR_COLUMN)
+    if decoding.schema is not None:
+        schema = merged(existing, declared_schema(decoding.schema))
+    else:
+        schema = merged(existing, inferred_schema(spark, df, decoding.sample_records))
+    if schema is None:
+        raise ValueError(f"{topic}: no value is a JSON object to infer a schema from; give --value-schema")
+    return schema, decode_json(df, schema)
+
+
+def decode_json(df, schema) -> Any:  # noqa: ANN001, ANN401
     """``df`` with ``decoded_value`` (the value parsed by ``schema``) and ``decode_error`` (why a
     non-null value did not parse, else null)."""
     from pyspark.sql import functions as F  # noqa: N812
