@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                            "or bucket URI Spark can write)")
     iceberg.add_argument("--catalog", default="tiered", help="the Iceberg catalog's name in Spark (default tiered)")
     iceberg.add_argument("--catalog-type", default="hadoop", choices=["hadoop", "jdbc", "rest"],
-                         help="hadoop (the warehouse alone, no server), jdbc (a SQL database, e.g. SQLite) or rest")
+                         help="hadoop (the warehouse alone, no server), jdbc (a SQL database: jdbc:sqlite:FILE needs "
+                              "no server, its driver is fetched from Maven Central) or rest")
     iceberg.add_argument("--catalog-uri", help="the jdbc: or http(s): URI of a jdbc or rest catalog")
     iceberg.add_argument("--namespace", default="kafka", help="the tables' namespace (default kafka)")
     iceberg.add_argument("--iceberg-runtime", default=None, metavar="COORDINATE|JAR",

@@ -8,6 +8,8 @@ Iceberg tests (tests/iceberg_spark.py), on ``local[2]``:
 
 - **backfill**: the whole history to a new Parquet folder;
 - **iceberg**: the whole history into a new Iceberg table (a new warehouse each time);
+- **iceberg, JSON**: the same with ``--value-format json`` (the schema inferred, each value parsed
+  into ``decoded_value``, the dead-letter table written too);
 
 each timed from the command's start to its exit (Spark's start included in both), and once more
 **iceberg, nothing new**: a run against the last table. Prints the medians and the goals: the
@@ -90,20 +92,24 @@ def main() -> None:
                   "--metadata", f"file://{work}/data/metadata", "--master", "local[2]"]
         ending = json.dumps({TOPIC: {str(p): o + 1 for p, o in
                                      leader_offsets(proxy.bootstrap, TOPIC, LATEST_TIERED).items()}})
-        times: dict[str, list[float]] = {"backfill": [], "iceberg": []}
+        times: dict[str, list[float]] = {"backfill": [], "iceberg": [], "json": []}
         for run in range(args.runs):
             command, env = iceberg_command(*common, "--output", str(work / f"parquet-{run}"),
                                            "--option", f"endingOffsets={ending}", command="backfill")
             times["backfill"].append(timed(command, env))
             command, env = iceberg_command(*common, "--warehouse", f"file://{work}/warehouse-{run}")
             times["iceberg"].append(timed(command, env))
-            print(f"  run {run + 1}: backfill {times['backfill'][-1]:.1f} s, iceberg {times['iceberg'][-1]:.1f} s",
-                  flush=True)
+            command, env = iceberg_command(*common, "--warehouse", f"file://{work}/warehouse-json-{run}",
+                                           "--value-format", "json")
+            times["json"].append(timed(command, env))
+            print(f"  run {run + 1}: backfill {times['backfill'][-1]:.1f} s, iceberg {times['iceberg'][-1]:.1f} s, "
+                  f"iceberg JSON {times['json'][-1]:.1f} s", flush=True)
             if run < args.runs - 1:
                 shutil.rmtree(work / f"parquet-{run}", ignore_errors=True)
         command, env = iceberg_command(*common, "--warehouse", f"file://{work}/warehouse-{args.runs - 1}")
         nothing_new = timed(command, env)
         backfill, iceberg = statistics.median(times["backfill"]), statistics.median(times["iceberg"])
+        decoded = statistics.median(times["json"])
         mb = tiered * 1024 / 1e6
         print(f"\n{args.runs} runs each, alternating, medians (min-max), local[2], Spark 4.1\n")
         print("| run | seconds | MB/s | ratio to backfill | goal |")
@@ -112,6 +118,8 @@ def main() -> None:
               f"{mb / backfill:.1f} | 1.00x | |")
         print(f"| iceberg, whole history | {iceberg:.1f} ({min(times['iceberg']):.1f}-{max(times['iceberg']):.1f}) | "
               f"{mb / iceberg:.1f} | {iceberg / backfill:.2f}x | <= 1.2x |")
+        print(f"| iceberg, JSON decoded | {decoded:.1f} ({min(times['json']):.1f}-{max(times['json']):.1f}) | "
+              f"{mb / decoded:.1f} | {decoded / backfill:.2f}x | <= 1.2x |")
         print(f"| iceberg, nothing new | {nothing_new:.1f} | | | < 10 s |")
     finally:
         proxy.stop()

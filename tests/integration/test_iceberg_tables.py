@@ -18,6 +18,7 @@ import subprocess
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,23 @@ def _static_table(warehouse: Path, name: str, namespace: str = "kafka"):  # noqa
     renaming the next vN.metadata.json into place)."""
     from pyiceberg.table import StaticTable
 
+    return StaticTable.from_metadata(_metadata_file(warehouse, name, namespace))
+
+
+def _metadata_file(warehouse: Path, name: str, namespace: str) -> str:
+    """The table's current metadata file, as its catalog says: a SQLite catalog (``catalog.db`` in
+    the warehouse, Iceberg's JdbcCatalog tables) or, for a Hadoop catalog, the highest
+    ``vN.metadata.json`` (it commits by renaming the next one into place)."""
+    import sqlite3
+
+    catalog = warehouse / "catalog.db"
+    if catalog.exists():
+        with closing(sqlite3.connect(catalog)) as db:
+            ((location,),) = db.execute("SELECT metadata_location FROM iceberg_tables WHERE table_namespace = ? "
+                                        "AND table_name = ?", (namespace, name)).fetchall()
+        return location.removeprefix("file:")
     folder = warehouse / namespace / name / "metadata"
-    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
-    return StaticTable.from_metadata(str(newest))
+    return str(max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0])))
 
 
 def _table_rows(warehouse: Path, name: str, namespace: str = "kafka", extra: tuple[str, ...] = ()) -> list[tuple]:
@@ -116,8 +131,7 @@ def _duckdb_rows(warehouse: Path, name: str, namespace: str = "kafka") -> list[t
     import duckdb
     from duckdb_extensions import import_extension
 
-    folder = warehouse / namespace / name / "metadata"
-    newest = max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
+    newest = _metadata_file(warehouse, name, namespace)
     connection = duckdb.connect()
     try:
         for extension in ("avro", "iceberg"):  # Iceberg's manifests are Avro files
@@ -306,11 +320,14 @@ def test_json_values_become_columns_and_what_does_not_decode_a_dead_letter(
         amounts = [d["amount"] for _, o, _, v, d in rows if d is not None and json.loads(v).get("amount") is not None]
         assert amounts and all(a is not None for a in amounts)
 
-        # 3. A declared schema, into another namespace: the same split.
-        declared = [*_job_args(proxy, tmp_path, topic), "--namespace", "declared", "--value-format", "json",
+        # 3. A declared schema, into a SQL catalog on SQLite (no server): the same split.
+        declared_at = tmp_path / "declared"
+        declared_at.mkdir()
+        declared = [*_job_args(proxy, tmp_path, topic), "--warehouse", f"file://{declared_at}", "--catalog-type", "jdbc",
+                    "--catalog-uri", f"jdbc:sqlite:{declared_at}/catalog.db", "--value-format", "json",
                     "--value-schema", "id BIGINT, name STRING, amount DOUBLE"]
         _run(declared)
-        d_rows, d_dead = _check_json_tables(proxy, warehouse, topic, "declared")
+        d_rows, d_dead = _check_json_tables(proxy, declared_at, topic)
         assert {(p, o) for p, o, *_ in d_dead} == {(p, o) for p, o, *_ in dead}
 
         # 4. Spark SQL reads the struct's columns.
@@ -421,8 +438,6 @@ def test_an_archived_topic_becomes_a_table_from_the_bucket(kafka: KafkaCluster, 
     proxy.deleted.topic.retention.ms=-1): the job plans from the remote tier's own manifests
     (``--metadata manifests:``), as for a read replica of another cluster's bucket, and the table
     is every record the archive serves through the proxy."""
-    from confluent_kafka.admin import AdminClient
-
     from tiering.broker_client import BrokerClient
 
     topic = f"icearch-{unique_name}"
@@ -439,10 +454,17 @@ def test_an_archived_topic_becomes_a_table_from_the_bucket(kafka: KafkaCluster, 
         produce_numbered(proxy.bootstrap, topic, 0, 2000, PARTITIONS, value_bytes=200)
         assert wait_until(lambda: min(_tiered_ends(proxy.bootstrap, topic).values()) > 600, 60)
         tiered = _tiered_ends(proxy.bootstrap, topic)
-        AdminClient({"bootstrap.servers": proxy.bootstrap}).delete_topics([topic])[topic].result(30)
+        admin.delete_topic(topic)
         assert wait_until(lambda: topic not in brokers.metadata([topic]), 30)
-        # Served from the archive: its end is what was tiered.
-        assert wait_until(lambda: _tiered_ends(proxy.bootstrap, topic) == tiered, 30)
+        # Served from the archive (once the proxy's archive index has it): its end is what was tiered.
+
+        def served_ends() -> dict[int, int] | None:
+            try:
+                return _tiered_ends(proxy.bootstrap, topic)
+            except KeyError:  # not in the proxy's Metadata yet
+                return None
+
+        assert wait_until(lambda: served_ends() == tiered, 30), (served_ends(), tiered)
 
         args = ["--bootstrap-servers", proxy.bootstrap, "--topic", topic, "--remote", f"file://{tmp_path}/data/remote",
                 "--metadata", "manifests:", "--warehouse", f"file://{warehouse}", "--master", "local[2]"]

@@ -52,6 +52,7 @@ from tiering.spark.values import (
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SPARK_FOR_RUNTIME = (4, 1)  # the newest Spark it is built for
+SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.54.1.0"  # a jdbc:sqlite: catalog's driver
 OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
 LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
 EARLIEST = -2  # ListOffsets through the proxy: the remote log start
@@ -91,15 +92,23 @@ def iceberg_session(  # noqa: ANN201 - pyspark's SparkSession
     if catalog_type not in CATALOG_TYPES:
         raise ValueError(f"catalog type {catalog_type!r}: expected one of {', '.join(CATALOG_TYPES)}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    jars = [_runtime(runtime)]
+    if avro:
+        jars.append(str(spark_module_jar("spark-avro_2.13", pyspark.__version__)))
+    if catalog_type == "jdbc" and (catalog_uri or "").startswith("jdbc:sqlite:"):
+        jars.append(str(runtime_jar(SQLITE_JDBC)))  # a catalog in one file, no server
     prefix = f"spark.sql.catalog.{catalog}"
+    # Iceberg's JDBC catalog schema with views (V1): Spark asks a catalog for views when it looks a
+    # table up, and the older schema refuses that.
+    catalog_conf = {f"{prefix}.jdbc.schema-version": "V1"} if catalog_type == "jdbc" else {}
     settings = {
-        "spark.jars": ",".join([_runtime(runtime), *([str(spark_module_jar("spark-avro_2.13", pyspark.__version__))]
-                                                     if avro else [])]),
+        "spark.jars": ",".join(jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
         prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": catalog_type,
         f"{prefix}.warehouse": warehouse,
         **({f"{prefix}.uri": catalog_uri} if catalog_uri else {}),
+        **catalog_conf,
         **(conf or {}),
     }
     builder = SparkSession.builder.master(master).appName("tiered-proxy-iceberg")
