@@ -50,8 +50,9 @@ def produce(bootstrap: str, megabytes: int) -> int:
                                 "queue.buffering.max.messages": 1_000_000})
     count = (megabytes << 20) // 1024
     for i in range(count):
+        # A JSON object padded with spaces to exactly 1 KiB (still JSON: --value-format json parses it).
         value = json.dumps({"id": i, "user": f"u{i % 5000}", "kind": ("view", "buy", "cart")[i % 3],
-                            "amount": i % 997, "pad": os.urandom(480).hex()})[:1024]
+                            "amount": i % 997, "pad": os.urandom(465).hex()})
         producer.produce_waiting(TOPIC, value.encode().ljust(1024), str(i % 5000).encode(), i % PARTITIONS)
     producer.deliver_all(120)
     return count

@@ -54,6 +54,9 @@ ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SPARK_FOR_RUNTIME = (4, 1)  # the newest Spark it is built for
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.54.1.0"  # a jdbc:sqlite: catalog's driver
 OFFSETS_PROPERTY = "tiered-proxy.offsets"  # snapshot summary: {"topic": {"partition": next offset}}
+# An append's summary, with decoding: where its range started (it ends at its offsets). That range's
+# dead letters belong in the dead-letter table, up to its offsets once they are there.
+DEAD_LETTERS_PROPERTY = "tiered-proxy.dead-letters-from"
 LATEST_TIERED = -5  # ListOffsets: the highest offset in the remote tier (KIP-1005)
 EARLIEST = -2  # ListOffsets through the proxy: the remote log start
 CATALOG_TYPES = ("hadoop", "rest", "jdbc")
@@ -128,16 +131,24 @@ def _runtime(runtime: str) -> str:
         raise OSError(f"Iceberg's Spark runtime: {exc} (or give --iceberg-runtime a local jar)") from None
 
 
+def committed_summary(spark, table: str) -> dict[str, str]:  # noqa: ANN001
+    """The summary of the newest snapshot that records the offsets ({} when the table has none
+    yet), among the current snapshot and its ancestors: a table rolled back (Iceberg's
+    rollback_to_snapshot) holds what its current snapshot says, whatever came after. Deletes commit
+    snapshots without offsets: the newest that has them is the last append's."""
+    rows = spark.sql(f"SELECT s.summary FROM {table}.snapshots s JOIN {table}.history h "
+                     "ON s.snapshot_id = h.snapshot_id WHERE h.is_current_ancestor "
+                     "ORDER BY h.made_current_at DESC").collect()
+    return next(((row.summary or {}) for row in rows if OFFSETS_PROPERTY in (row.summary or {})), {})
+
+
 def committed_offsets(spark, table: str) -> Offsets:  # noqa: ANN001
-    """The next offset of every partition, as the newest snapshot that records them says ({} when
-    the table has none yet). Deletes commit snapshots without them: the newest that has them is
-    the last append's."""
-    rows = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC").collect()
-    for row in rows:
-        recorded = (row.summary or {}).get(OFFSETS_PROPERTY)
-        if recorded is not None:
-            return {(topic, int(p)): int(o) for topic, ps in json.loads(recorded).items() for p, o in ps.items()}
-    return {}
+    """The next offset of every partition, as the newest snapshot that records them says."""
+    return _offsets(committed_summary(spark, table).get(OFFSETS_PROPERTY, "{}"))
+
+
+def _offsets(recorded: str) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, ps in json.loads(recorded).items() for p, o in ps.items()}
 
 
 def _as_json(offsets: Offsets) -> str:
@@ -173,17 +184,23 @@ def sync(spark, table: str, options: Mapping[str, str], *, decoding: ValueDecodi
     if progress is not None:
         print(f"iceberg: {table}: {added} offsets to add over {len(partitions)} partitions", file=progress, flush=True)
     rows_added = dead_letters = 0
-    if added:
+
+    def read(first: Offsets, last: Offsets):  # noqa: ANN202 - a DataFrame
         reader = spark.read.format("tiered-kafka").option("includeHeaders", "true")
         for key, value in options.items():
             reader = reader.option(key, value)
-        df = reader.option("startingOffsets", _as_json(start)).option("endingOffsets", _as_json(end)).load()
+        return reader.option("startingOffsets", _as_json(first)).option("endingOffsets", _as_json(last)).load()
+
+    if decoding.decodes and spark.catalog.tableExists(table):
+        dead_letters += _unfinished_dead_letters(spark, table, options["subscribe"], decoding, read, remote_start)
+    if added:
         if decoding.decodes:
-            rows_added, dead_letters = _append_decoded(spark, table, options["subscribe"], df, decoding, start,
-                                                       after)
+            rows, dead = _append_decoded(spark, table, options["subscribe"], read(start, end), decoding, start, end,
+                                         after)
+            rows_added, dead_letters = rows, dead_letters + dead
         else:
             _create(spark, table)
-            rows_added = _append(df, table, after)
+            rows_added = _append(read(start, end), table, after)
     if not added:
         _create(spark, table)
     rows_deleted = _delete_below(spark, table, remote_start)
@@ -210,22 +227,33 @@ def _create(spark, table: str, decoded=None, *, dead_letters: bool = False) -> N
               "'write.spark.fanout.enabled'='true', 'write.spark.accept-any-schema'='true')")
 
 
-def _append(df, table: str, after: Offsets) -> int:  # noqa: ANN001
-    """Append ``df`` recording ``after`` in the same commit; the rows it added. New fields of the
-    decoded value become new columns (Iceberg's schema evolution)."""
+def _append(df, table: str, after: Offsets, properties: Mapping[str, str] | None = None) -> int:  # noqa: ANN001
+    """Append ``df`` recording ``after`` (and ``properties``) in the same commit; the rows it
+    added. New fields of the decoded value become new columns (Iceberg's schema evolution)."""
     spark = df.sparkSession
-    df.writeTo(table).option(f"snapshot-property.{OFFSETS_PROPERTY}", _as_json(after)) \
-        .option("merge-schema", "true").append()
-    summary = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-    return int((summary[0].summary or {}).get("added-records", 0)) if summary else 0
+
+    def newest():  # noqa: ANN202 - a Row or None
+        found = spark.sql(f"SELECT snapshot_id, summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1")
+        return next(iter(found.collect()), None)
+
+    before = newest()
+    writer = df.writeTo(table).option(f"snapshot-property.{OFFSETS_PROPERTY}", _as_json(after))
+    for key, value in (properties or {}).items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.option("merge-schema", "true").append()
+    made = newest()
+    if made is None or (before is not None and made.snapshot_id == before.snapshot_id):
+        return 0  # nothing committed: an Iceberg that skips empty appends
+    return int((made.summary or {}).get("added-records", 0))
 
 
 def _append_decoded(spark, table: str, topic: str, df, decoding: ValueDecoding, start: Offsets,  # noqa: ANN001
-                    after: Offsets) -> tuple[int, int]:
-    """Decode, then append the dead letters before the rows: the table's offsets say where the
-    next run starts, so a run killed between the two commits reads the same range again and the
-    dead letters it already has (at or past their own recorded offsets) are not added twice."""
-    from pyspark import StorageLevel
+                    end: Offsets, after: Offsets) -> tuple[int, int]:
+    """Decode and append the rows that decode, counting on the way those that do not; then, only
+    if there were any, read the range again for them (:func:`_dead_letter_pass`). The append
+    records where its range started: a run killed before the dead letters were appended finishes
+    them first (:func:`_unfinished_dead_letters`). Returns (rows, dead letters)."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F  # noqa: N812
 
     existing = table_schema(spark, table)
@@ -233,21 +261,53 @@ def _append_decoded(spark, table: str, topic: str, df, decoding: ValueDecoding, 
     if existing is None and spark.catalog.tableExists(table):  # a table of bytes until now
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.spark.accept-any-schema'='true')")
     _create(spark, table, schema)
+    _create(spark, dead_letter_table(table), dead_letters=True)
+    counted = Observation("dead letters")
+    observed = decoded.observe(counted, F.count(F.when(F.col(ERROR_COLUMN).isNotNull(), 1)).alias("dead"))
+    rows = _append(observed.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN), table, after,
+                   {DEAD_LETTERS_PROPERTY: _as_json(start)})
+    if counted.get["dead"]:
+        return rows, _dead_letter_pass(spark, table, decoded, start, end, after)
+    # None: the dead-letter table records that it has this range's (all none of them).
+    _append(decoded.drop(DECODED_COLUMN).limit(0), dead_letter_table(table), after)
+    return rows, 0
+
+
+def _dead_letter_pass(spark, table: str, decoded, start: Offsets, end: Offsets,  # noqa: ANN001
+                      after: Offsets) -> int:
+    """Append to the dead-letter table the records of ``start``..``end`` that the table lacks
+    (whatever decodes now: which did not is what the table says), past those the dead-letter
+    table already has."""
+    from pyspark.sql import functions as F  # noqa: N812
+
     dead_table = dead_letter_table(table)
-    _create(spark, dead_table, dead_letters=True)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        done = committed_offsets(spark, dead_table)
-        fresh = F.lit(False)
-        for (name, p), offset in start.items():
-            fresh = fresh | ((F.col("topic") == name) & (F.col("partition") == p)
-                             & (F.col("offset") >= max(offset, done.get((name, p), 0))))
-        dead = decoded.where(F.col(ERROR_COLUMN).isNotNull() & fresh).drop(DECODED_COLUMN)
-        dead_letters = _append(dead, dead_table, after)
-        rows = _append(decoded.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN), table, after)
-    finally:
-        decoded.unpersist()
-    return rows, dead_letters
+    done = committed_offsets(spark, dead_table)
+    in_range, fresh = F.lit(False), F.lit(False)
+    for (name, p), first in start.items():
+        partition = (F.col("topic") == name) & (F.col("partition") == p)
+        in_range = in_range | (partition & (F.col("offset") >= first) & (F.col("offset") < end[(name, p)]))
+        fresh = fresh | (partition & (F.col("offset") >= max(first, done.get((name, p), 0))))
+    kept = spark.table(table).where(in_range).select("topic", "partition", "offset")
+    dead = (decoded.where(fresh).join(kept, ["topic", "partition", "offset"], "left_anti").drop(DECODED_COLUMN)
+            .withColumn(ERROR_COLUMN, F.coalesce(F.col(ERROR_COLUMN), F.lit("did not decode when it was added"))))
+    return _append(dead.select(*spark.table(dead_table).columns), dead_table, after)  # the join moved columns
+
+
+def _unfinished_dead_letters(spark, table: str, topic: str, decoding: ValueDecoding, read,  # noqa: ANN001
+                             remote_start: Offsets) -> int:
+    """The dead letters of the table's last append, if the run that made it was killed before it
+    appended them; how many."""
+    summary = committed_summary(spark, table)
+    if DEAD_LETTERS_PROPERTY not in summary or not spark.catalog.tableExists(dead_letter_table(table)):
+        return 0
+    first, last = _offsets(summary[DEAD_LETTERS_PROPERTY]), _offsets(summary[OFFSETS_PROPERTY])
+    done = committed_offsets(spark, dead_letter_table(table))
+    if all(done.get(tp, 0) >= last.get(tp, 0) for tp in first):
+        return 0
+    first = {tp: max(o, remote_start.get(tp, 0)) for tp, o in first.items()}
+    last = {tp: max(last.get(tp, 0), first[tp]) for tp in first}
+    _, decoded = value_columns(spark, decoding, read(first, last), table_schema(spark, table), topic)
+    return _dead_letter_pass(spark, table, decoded, first, last, _offsets(summary[OFFSETS_PROPERTY]))
 
 
 def _delete_below(spark, table: str, remote_start: Offsets) -> int:  # noqa: ANN001
