@@ -379,11 +379,14 @@ def _produce_avro(bootstrap: str, registry_url: str, topic: str, start: int, cou
     registers ``schema`` under ``<topic>-value``), keyed by their number; among them every 40th
     is text without the wire-format header, every 45th names a schema id the registry lacks,
     every 55th is cut short, every 97th is a tombstone."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
+    # TopicNameStrategy, named: the client's default asks Confluent's own "associations" endpoint
+    # for every record first, and a request without a timeout can wait for ever on a slow answer.
+    client = SchemaRegistryClient({"url": registry_url, "timeout": 30})
+    serializer = AvroSerializer(client, json.dumps(schema), conf={"subject.name.strategy": topic_subject_name_strategy})
     context = SerializationContext(topic, MessageField.VALUE)
 
     def values() -> Iterator[tuple[int, bytes | None]]:
