@@ -107,6 +107,13 @@ def test_epochs_that_go_back_are_cut_where_they_do_even_if_the_leader_agrees_bef
     assert remote_divergence(segments, 1, leader([(1, 0), (3, 2)], 2), every_epoch=True) == 1
 
 
+def test_a_segment_rewritten_up_to_a_cut_beside_the_one_it_replaces_is_no_regression():
+    # A proxy stopped between uploading 0..49 (epoch 1) and deleting 0..99 (epochs 1, then 2 at 50):
+    # both are listed, by start offset, in either order; then epoch 3 from 50.
+    for segments in ([((1, 0), (2, 50)), ((1, 0),), ((3, 50),)], [((1, 0),), ((1, 0), (2, 50)), ((3, 50),)]):
+        assert first_regression(segments) is None
+
+
 def test_lineage_of_segments_skips_missing_and_repeated_epochs():
     assert lineage_of([((0, 0), (1, 10)), ((1, 20),), ((-1, 30),), ((3, 40),)]) == [(0, 0), (1, 10), (3, 40)]
 

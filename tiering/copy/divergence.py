@@ -27,7 +27,7 @@ from tiering.broker_client import (
     LeaderMovedError,
     UnsupportedApiError,
 )
-from tiering.copy.lineage import LineageUnknown, lineage_of, remote_divergence
+from tiering.copy.lineage import UNDEFINED_EPOCH, LineageUnknown, lineage_of, remote_divergence
 from tiering.copy.segment import SegmentBuilder
 from tiering.metadata.manager import RemoteLogMetadataManager
 from tiering.model import IndexType, RemoteLogDivergence, RemoteLogSegmentMetadata, TopicIdPartition
@@ -68,7 +68,7 @@ def find_divergence(client: BrokerClient, tp: TopicIdPartition, leader: int, lea
         return None
     except LineageUnknown as exc:
         raise BrokerClientError(f"cannot place the remote tier of {tp} in the leader's history yet: {exc}") from None
-    return None if cut is None else (cut, lineage[-1][0], min(answered, default=lineage[-1][0]))
+    return None if cut is None else (cut, lineage[-1][0], min(answered, default=UNDEFINED_EPOCH))
 
 
 class RemoteTierCutter:

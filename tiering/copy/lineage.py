@@ -24,6 +24,7 @@ again, until the leader's answer covers the remote end (at most once per remote 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Sequence
 
 UNDEFINED_EPOCH = -1
@@ -50,15 +51,23 @@ def lineage_of(segment_epochs: Iterable[Sequence[tuple[int, int]]]) -> Lineage:
 
 
 def first_regression(segment_epochs: Iterable[Sequence[tuple[int, int]]]) -> int | None:
-    """The first offset whose leader epoch is lower than an earlier one's, or None. No leader
-    writes such a log: a remote tier pieced together from several leaders without the check below
-    differs from the cluster's history there at the latest."""
-    highest = UNDEFINED_EPOCH
-    for epochs in segment_epochs:
-        for epoch, start in epochs:
-            if 0 <= epoch < highest:
+    """The first offset where the remote tier holds a leader epoch lower than one it holds from an
+    earlier or the same offset, or None. No leader writes such a log: a remote tier pieced together
+    from several leaders without the check below differs from the cluster's history there at the
+    latest. Segments that overlap (a segment rewritten up to a cut, beside the one it replaces)
+    repeat an epoch at the offset where it started, which is no regression."""
+    starts: list[int] = []  # the lineage so far: epochs and their starts, both ascending
+    epochs: list[int] = []
+    for entries in segment_epochs:
+        for epoch, start in entries:
+            if epoch < 0:
+                continue
+            held = bisect.bisect_right(starts, start)  # the lineage's epoch at ``start``
+            if held and epochs[held - 1] > epoch:
                 return start
-            highest = max(highest, epoch)
+            if not epochs or (epoch > epochs[-1] and start >= starts[-1]):
+                starts.append(start)
+                epochs.append(epoch)
     return None
 
 
